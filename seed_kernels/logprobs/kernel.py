@@ -1,0 +1,79 @@
+"""Batch-invariant token log-probabilities: out[i] = log_softmax(logits[i])[targets[i]].
+
+Numerical contract (what every variant must keep, bit for bit):
+each row is reduced on its own over the vocabulary in chunks of ``BLOCK_V``.
+Lane j keeps a running maximum and a running sum of exponentials of the
+elements ``k*BLOCK_V + j`` (an online log-sum-exp per lane, chunks in
+ascending order); after the last chunk the lanes are merged by one ``tl.max``
+and one ``tl.sum``.  ``BLOCK_V`` is part of the numerics and is fixed; it
+never depends on M, V or the device.  ``ROWS_PER_PROGRAM`` only decides how
+many rows one program walks through side by side and leaves each row's order
+alone.
+
+Logits of any float dtype are converted to fp32 straight after loading; the
+result is fp32.  A target outside [0, V) yields NaN for its row.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_V = 2048
+ROWS_PER_PROGRAM = 1
+NUM_WARPS = 8
+
+
+@triton.jit
+def _token_logprobs_kernel(
+    logits_ptr, targets_ptr, out_ptr,
+    M, V,
+    stride_lm,
+    BLOCK_V: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < M
+    cols = tl.arange(0, BLOCK_V)
+    row_ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_lm
+
+    run_max = tl.full((ROWS, BLOCK_V), float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros((ROWS, BLOCK_V), dtype=tl.float32)
+    for start in range(0, V, BLOCK_V):
+        c = start + cols
+        mask = row_ok[:, None] & (c < V)[None, :]
+        x = tl.load(row_ptrs + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, x)
+        # A lane that has seen only -inf keeps max -inf and sum 0; guard the
+        # (-inf) - (-inf) that would otherwise turn it into NaN.
+        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+        run_max = new_max
+
+    row_max = tl.max(run_max, axis=1)
+    safe_row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+    total = tl.sum(run_sum * tl.exp(run_max - safe_row_max[:, None]), axis=1)
+    lse = safe_row_max + tl.log(total)
+
+    t = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    t_ok = row_ok & (t >= 0) & (t < V)
+    picked = tl.load(logits_ptr + rows.to(tl.int64) * stride_lm + t, mask=t_ok, other=float("nan")).to(tl.float32)
+    tl.store(out_ptr + rows, picked - lse, mask=row_ok)
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probability of ``targets`` (M,) int64 under ``logits`` (M, V); returns (M,) fp32."""
+    if logits.dim() != 2:
+        raise ValueError(f"token_logprobs: logits must be 2-D (M, V), got shape {tuple(logits.shape)}")
+    if targets.shape != (logits.shape[0],):
+        raise ValueError(f"token_logprobs: targets must have shape ({logits.shape[0]},), got {tuple(targets.shape)}")
+    logits = logits.contiguous()
+    targets = targets.contiguous()
+    M, V = logits.shape
+    out = torch.empty((M,), dtype=torch.float32, device=logits.device)
+    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)
+    _token_logprobs_kernel[grid](
+        logits, targets, out, M, V, logits.stride(0),
+        BLOCK_V=BLOCK_V, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+    )
+    return out

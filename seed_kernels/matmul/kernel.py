@@ -1,0 +1,83 @@
+"""Batch-invariant matmul: c = a @ b with fp32 accumulation, c in a's dtype.
+
+Numerical contract (what every variant must keep, bit for bit):
+every output element is one fp32 accumulator that walks k from 0 to K in
+steps of ``BLOCK_K``, one ``tl.dot`` per step, always in ascending order.
+There is no split-K and no configuration that depends on M: ``BLOCK_K`` is
+part of the numerics and is fixed.  ``BLOCK_M``, ``BLOCK_N`` and ``GROUP_M``
+only decide which program computes which tile and how large the tile is; they
+leave each element's k-order alone.  (On a GPU the tile shape may still choose
+a different MMA instruction; the evaluator re-establishes parity per device.)
+
+fp32 inputs use ``input_precision="ieee"`` so that the GPU does not drop to
+TF32; fp16/bf16 tiles go to the tensor cores as they are.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 32
+BLOCK_N = 32
+BLOCK_K = 32
+GROUP_M = 8
+NUM_WARPS = 4
+NUM_STAGES = 3
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr, b_ptr, c_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Grouped ordering of tiles for L2 reuse; it changes which program owns a
+    # tile, never how a tile is computed.
+    group_size = GROUP_M * num_pid_n
+    group_id = pid // group_size
+    first_m = group_id * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % group_rows
+    pid_n = (pid % group_size) // group_rows
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = (k0 + rk) < K
+        a = tl.load(a_ptrs, mask=(rm < M)[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & (rn < N)[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a`` (M, K) @ ``b`` (K, N) -> (M, N) in a's dtype, fp32 accumulation."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
+    if a.dtype != b.dtype:
+        raise ValueError(f"matmul: a is {a.dtype} but b is {b.dtype}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _matmul_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return c

@@ -1,0 +1,165 @@
+"""Load a kernel file and run its entry over parity cases.
+
+This is the part of evaluation that executes kernel code.  It runs inside a
+sandbox worker for candidates, and in-process only for a seed the user asked
+us to check.  It produces raw outputs; judging them is :mod:`tik_agent.parity`'s
+job, on the trusted side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from tik_agent import launches
+from tik_agent.bits import digest
+from tik_agent.cases import Case, SubBatch, make_inputs, subbatches
+from tik_agent.errors import SpecError
+from tik_agent.spec import KernelSpec, resolve_shape
+
+log = logging.getLogger(__name__)
+
+# Bit patterns written into freed memory before each call: an output element
+# the kernel forgets to write then holds one of these, and two runs with
+# different patterns disagree.  Positive patterns (they fit the signed
+# integer views), NaNs with payloads no kernel produces where the width allows.
+POISON = {4: (0x7FC0DEAD, 0x7FC0BEEF), 2: (0x7E5A, 0x7C5B), 8: (0x7FF8DEADDEADBEEF, 0x7FF8BEEFBEEFDEAD)}
+
+_module_counter = itertools.count()
+
+
+class KernelLoadError(Exception):
+    """The kernel file failed to import or has no usable entry."""
+
+
+def load_kernel(path: Path, role: str) -> ModuleType:
+    """Import a kernel file under a private module name.
+
+    Loaded from the file (not ``exec`` of a string) so that Triton's
+    interpreter sees real source and does its AST rewrite; the module is not
+    entered in ``sys.modules``, so other code cannot look it up by name.
+    """
+    name = f"_tik_{role}_{next(_module_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise KernelLoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except Exception as exc:  # any import-time failure of user code is reported, not raised
+        raise KernelLoadError(f"{path}: import failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def entry_of(module: ModuleType, spec: KernelSpec, path: Path) -> Callable:
+    fn = getattr(module, spec.entry, None)
+    if not callable(fn):
+        raise KernelLoadError(f"{path}: defines no function {spec.entry!r} (the spec's entry)")
+    params = list(inspect.signature(fn).parameters)
+    expected = [i.name for i in spec.inputs] + list(spec.kwargs)
+    if params[: len(expected)] != expected:
+        raise KernelLoadError(f"{path}: {spec.entry}{tuple(params)} does not take {tuple(expected)} first")
+    return fn
+
+
+def load_entry(path: Path, spec: KernelSpec, role: str) -> Callable:
+    return entry_of(load_kernel(path, role), spec, path)
+
+
+def load_seed_entry(spec: KernelSpec) -> Callable:
+    """The seed's entry; a failure here is bad input (exit 2), not a rejection."""
+    try:
+        return load_entry(spec.source, spec, "seed")
+    except KernelLoadError as exc:
+        raise SpecError(str(exc)) from None
+
+
+@dataclass
+class CaseOutputs:
+    """What one case produced, as raw tensors; compared on the trusted side."""
+
+    full: object
+    again: object
+    rows: object | None = None
+    subs: list[tuple[SubBatch, object]] = field(default_factory=list)
+    launches: dict[str, int] = field(default_factory=dict)
+    inputs_digest_after: str = ""
+
+    def to_payload(self) -> dict:
+        return {
+            "full": self.full, "again": self.again, "rows": self.rows,
+            "subs": [(list(s.index), s.prefix, t) for s, t in self.subs],
+            "launches": dict(self.launches), "inputs_digest_after": self.inputs_digest_after,
+        }
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "CaseOutputs":
+        subs = [(SubBatch(tuple(i), bool(p)), t) for i, p, t in d["subs"]]
+        return cls(d["full"], d["again"], d["rows"], subs, dict(d["launches"]), d["inputs_digest_after"])
+
+
+class Runner:
+    """Calls one entry on the inputs of a case, with poisoned free memory."""
+
+    def __init__(self, entry: Callable, spec: KernelSpec, device: str):
+        self.entry, self.spec, self.device = entry, spec, device
+
+    def _poison(self, case: Case, m: int, which: int) -> None:
+        import torch
+
+        shape = resolve_shape(self.spec.output.shape, m, case.dims)
+        dtype = getattr(torch, self.spec.output.resolve_dtype(case.dtype))
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        int_dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16}[buf.element_size()]
+        buf.view(int_dtype).fill_(POISON[buf.element_size()][which])
+        del buf  # freed: the allocator hands this memory out next
+
+    def call(self, case: Case, inputs: list, m: int, which: int = 0):
+        self._poison(case, m, which)
+        return self.entry(*inputs, **dict(self.spec.kwargs))
+
+    def run_case(self, case: Case) -> CaseOutputs:
+        inputs = make_inputs(self.spec, case, self.device)
+        with launches.recording() as rec:
+            full = self.call(case, inputs, case.m, 0)
+            again = self.call(case, inputs, case.m, 1)
+            rows = None
+            subs = []
+            if case.invariance:
+                rows = self._rows_alone(case, inputs, full)
+                for sub in subbatches(case):
+                    subs.append((sub, self._sub_batch(case, inputs, sub)))
+        return CaseOutputs(full, again, rows, subs, dict(rec), digest(inputs))
+
+    def _select(self, inputs: list, pick) -> list:
+        return [pick(t) if spec_in.batched else t for spec_in, t in zip(self.spec.inputs, inputs)]
+
+    def _rows_alone(self, case: Case, inputs: list, full):
+        import torch
+
+        outs = []
+        for i in range(case.m):
+            row_inputs = self._select(inputs, lambda t: t[i : i + 1].clone())
+            out = self.call(case, row_inputs, 1, i % 2)
+            if not isinstance(out, torch.Tensor):
+                return out
+            outs.append(out)
+        return torch.cat(outs, dim=0)
+
+    def _sub_batch(self, case: Case, inputs: list, sub: SubBatch):
+        import torch
+
+        if sub.prefix:
+            picked = self._select(inputs, lambda t: t[: len(sub.index)])
+        else:
+            index = torch.tensor(sub.index, dtype=torch.long, device=self.device)
+            picked = self._select(inputs, lambda t: t.index_select(0, index))
+        return self.call(case, picked, len(sub.index), 0)

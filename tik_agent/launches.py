@@ -1,0 +1,65 @@
+"""Count Triton kernel launches and where the launched kernels were defined.
+
+Installed by the harness (never by candidate code) before a kernel file is
+loaded.  The evaluator uses it to prove that a Triton kernel really ran and
+that it came from the candidate's own file, not from the seed or a library.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+_installed = False
+
+
+def install() -> None:
+    """Wrap the run methods of Triton's JIT and interpreter kernels. Idempotent."""
+    global _installed  # one process-wide hook; installing twice would double count
+    if _installed:
+        return
+    from triton.runtime import jit
+
+    classes = [jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:  # pragma: no cover - interpreter always ships with triton 3.x
+        pass
+    for cls in classes:
+        _wrap(cls)
+    _installed = True
+
+
+def _wrap(cls) -> None:
+    original = cls.run
+
+    def run(self, *args, **kwargs):
+        if not kwargs.get("warmup", False):
+            code = getattr(getattr(self, "fn", None), "__code__", None)
+            origin = str(Path(code.co_filename).resolve()) if code is not None else "<unknown>"
+            with _lock:
+                _counts[origin] += 1
+        return original(self, *args, **kwargs)
+
+    cls.run = run
+
+
+@contextmanager
+def recording():
+    """Yield a Counter that, on exit, holds launches per defining file."""
+    with _lock:
+        before = Counter(_counts)
+    result: Counter[str] = Counter()
+    try:
+        yield result
+    finally:
+        with _lock:
+            after = Counter(_counts)
+        after.subtract(before)
+        result.update({k: v for k, v in after.items() if v > 0})

@@ -1,0 +1,107 @@
+"""``tik-agent check-seed``: is a seed correct, deterministic and batch invariant?
+
+The seed is the user's own trusted code, so it runs in this process.  Every
+parity case runs; correctness is judged against the seed's float64 reference
+(when it has one) on the regimes where a reference is meaningful.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tik_agent import device as devices
+from tik_agent import launches
+from tik_agent.bits import digest
+from tik_agent.cases import Case, make_inputs, parity_cases
+from tik_agent.errors import SpecError
+from tik_agent.parity import CaseResult, judge_reference, judge_self
+from tik_agent.spec import KernelSpec
+
+log = logging.getLogger(__name__)
+
+# NaN/inf entries make the reference's and the kernel's special values differ
+# by convention (e.g. which NaN): only bits are compared there.
+REFERENCE_REGIMES = ("normal", "zero")
+
+
+@dataclass
+class SeedReport:
+    spec: KernelSpec
+    device: str
+    results: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+    reference_used: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def first_failure(self) -> CaseResult | None:
+        return next((r for r in self.results if not r.passed), None)
+
+    def counts_by_check(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.results:
+            for c in r.checks:
+                counts[c] = counts.get(c, 0) + 1
+        return counts
+
+
+def load_reference(spec: KernelSpec) -> Callable | None:
+    if spec.reference is None:
+        return None
+    mod_spec = importlib.util.spec_from_file_location(f"_tik_reference_{spec.name}", spec.reference)
+    module = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: report which and why
+        raise SpecError(f"{spec.reference}: import failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, "reference", None)
+    if not callable(fn):
+        raise SpecError(f"{spec.reference}: defines no function 'reference'")
+    return fn
+
+
+def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, stop_at_first: bool = True) -> SeedReport:
+    from tik_agent.harness import Runner, load_seed_entry
+
+    devices.prepare(device)
+    launches.install()
+    entry = load_seed_entry(spec)
+    reference = load_reference(spec)
+    runner = Runner(entry, spec, device)
+    report = SeedReport(spec, device, reference_used=reference is not None)
+    start = time.perf_counter()
+    for case in cases if cases is not None else parity_cases(spec):
+        result = _check_case(spec, case, runner, reference, device)
+        report.results.append(result)
+        log.debug("%s: %s", case.id, "ok" if result.passed else result.message)
+        if not result.passed and stop_at_first:
+            break
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _check_case(spec: KernelSpec, case: Case, runner, reference, device: str) -> CaseResult:
+    expected_digest = digest(make_inputs(spec, case, device))
+    try:
+        out = runner.run_case(case)
+    except Exception as exc:  # a crash of the kernel is this case's failure
+        return _crash(case, exc)
+    result = judge_self(spec, case, out, spec.source, expected_digest)
+    if reference is not None and case.regime in REFERENCE_REGIMES:
+        inputs = [t.cpu() for t in make_inputs(spec, case, "cpu")]
+        expected = reference(*inputs, **dict(spec.kwargs))
+        result = judge_reference(case, out, expected, spec.tolerances[case.dtype], result)
+    return result
+
+
+def _crash(case: Case, exc: Exception) -> CaseResult:
+    from tik_agent.parity import Check
+
+    return CaseResult(case.id, Check.OUTPUT, f"the kernel raised {type(exc).__name__}: {str(exc)[:500]}")
