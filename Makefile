@@ -1,0 +1,34 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv when it is missing and install what is needed; a second
+# run finds the stamp up to date and starts at once.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tik-agent-installed
+# On a machine without CUDA and without a local CPU wheel, point this at
+# PyTorch's CPU index (https://download.pytorch.org/whl/cpu) to avoid a CUDA build.
+TORCH_INDEX_URL ?=
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: demo test install clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || \
+		$(BIN)/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tik-agent check-seed rmsnorm
+	$(BIN)/tik-agent check-seed logprobs
+	$(BIN)/tik-agent check-seed matmul
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

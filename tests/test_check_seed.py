@@ -1,0 +1,79 @@
+"""check-seed passes the bundled seeds and catches batch-variant kernels."""
+
+import pytest
+
+from seedutil import copy_seed, edit, shrink_grid
+from tik_agent import cli
+from tik_agent.parity import Check
+from tik_agent.seedcheck import check_seed
+from tik_agent.spec import load_spec
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])
+def test_bundled_seed_passes(name, capsys):
+    assert cli.run(["check-seed", name, "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "bit-exact" in out and "invariance" in out
+
+
+def _failure(seed_dir, device):
+    report = check_seed(load_spec(seed_dir), device)
+    assert not report.passed
+    return report.first_failure
+
+
+def test_chunk_size_that_depends_on_m_is_caught(tmp_path, device):
+    """A 'chunked reduction' whose chunk follows the batch size: rows alone reduce differently."""
+    seed = copy_seed("rmsnorm", tmp_path)
+    shrink_grid(seed, dims={"N": "[1000]"})
+    edit(seed / "kernel.py", "        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N if M > 1 else 256,")
+    failure = _failure(seed, device)
+    assert failure.failed is Check.INVARIANCE
+    assert "rows run alone vs full batch" in failure.message and "0x" in failure.message
+
+
+def test_split_k_for_small_batches_is_caught(tmp_path, device, capsys):
+    """A split-K path taken only for small M changes those rows' sum order."""
+    seed = copy_seed("matmul", tmp_path)
+    shrink_grid(seed, batch_sizes="[1, 3, 9]", dims={"K": "[200]", "N": "[64]"})
+    kernel = seed / "kernel.py"
+    edit(kernel, "    c = torch.empty((M, N), dtype=a.dtype, device=a.device)\n",
+         "    c = torch.empty((M, N), dtype=a.dtype, device=a.device)\n"
+         "    if M <= 4:\n"
+         "        half = (K // 2 + BLOCK_K - 1) // BLOCK_K * BLOCK_K\n"
+         "        return (_matmul_fp32(a[:, :half], b[:half]) + _matmul_fp32(a[:, half:], b[half:])).to(a.dtype)\n")
+    kernel.write_text(kernel.read_text() + '''
+
+def _matmul_fp32(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float32, device=a.device)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _matmul_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+    )
+    return c
+''')
+    assert cli.run(["check-seed", str(seed), "--device", device]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED" in err and "[invariance]" in err and "rows run alone" in err
+
+
+def test_unwritten_output_is_caught(tmp_path, device):
+    """A kernel that skips the last column leaves poison there: two runs disagree."""
+    seed = copy_seed("rmsnorm", tmp_path)
+    shrink_grid(seed, dims={"N": "[1000]"})
+    edit(seed / "kernel.py", "mask = row_ok[:, None] & (c < N)[None, :]\n        x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)\n        w =",
+         "mask = row_ok[:, None] & (c < N - 1)[None, :]\n        x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)\n        w =")
+    failure = _failure(seed, device)
+    assert failure.failed in (Check.DETERMINISM, Check.REFERENCE)
+
+
+def test_wrong_math_is_caught_by_the_reference(tmp_path, device):
+    seed = copy_seed("rmsnorm", tmp_path)
+    shrink_grid(seed, dims={"N": "[1000]"})
+    edit(seed / "kernel.py", "sum_sq / N + eps", "sum_sq / (N + 1) + eps")
+    failure = _failure(seed, device)
+    assert failure.failed is Check.REFERENCE and "float64 reference" in failure.message

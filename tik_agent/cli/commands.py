@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers itself on the app."""
+
+from tik_agent.cli import seed_commands  # noqa: F401

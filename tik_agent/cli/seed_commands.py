@@ -1,0 +1,50 @@
+"""``tik-agent seeds`` and ``tik-agent check-seed``."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from tik_agent import device as devices
+from tik_agent import seeds
+from tik_agent.cli.core import EXIT_REJECTED, app, console, err_console
+
+
+@app.command("seeds")
+def list_seeds() -> None:
+    """List the bundled seed kernels with their entry signature."""
+    table = Table(title="bundled seeds", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("entry")
+    table.add_column("description")
+    for spec in seeds.bundled():
+        table.add_row(spec.name, spec.signature_text(), spec.description)
+    console.print(table)
+
+
+@app.command("check-seed")
+def check_seed(
+    seed: str = typer.Argument(..., help="A bundled seed name or a seed directory."),
+    device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
+    all_cases: bool = typer.Option(False, "--all", help="Run every case even after a failure."),
+) -> None:
+    """Validate a seed's spec, then check correctness, determinism and batch invariance."""
+    from tik_agent.seedcheck import check_seed as run_check
+
+    spec = seeds.resolve(seed)
+    dev = devices.resolve(device)
+    report = run_check(spec, dev, stop_at_first=not all_cases)
+    table = Table(title=f"{spec.name} on {dev}: {len(report.results)} cases in {report.seconds:.1f} s", title_justify="left")
+    table.add_column("check")
+    table.add_column("cases passed", justify="right")
+    for check, count in report.counts_by_check().items():
+        table.add_row(check, str(count))
+    if not report.reference_used:
+        table.add_row("reference", "skipped: the seed has no reference.py")
+    console.print(table)
+    failure = report.first_failure
+    if failure is not None:
+        err_console.print(f"[red]FAILED[/red] {failure.case_id}: \\[{failure.failed.value}] {failure.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED)
+    console.print(f"[green]ok[/green]: {spec.name} is correct, deterministic and batch invariant on {dev} "
+                  f"(bit-exact over {len(report.results)} cases)")
