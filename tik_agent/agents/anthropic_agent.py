@@ -20,7 +20,7 @@ from tik_agent.agents.prompts import PromptRenderer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # Room for an explanation and a complete kernel file; below the SDK's limit for
 # non-streaming requests, so no streaming is needed.
@@ -62,15 +62,16 @@ class AnthropicAgent(ChatAgent):
         content = getattr(message, "content", None)
         if not isinstance(content, list):
             raise MalformedResponse("anthropic returned a message without a content list")
-        text = "".join(
-            block.text for block in content if getattr(block, "type", None) == "text" and isinstance(block.text, str)
-        )
+        texts = [getattr(block, "text", None) for block in content if getattr(block, "type", None) == "text"]
+        text = "".join(t for t in texts if isinstance(t, str))
         usage = getattr(message, "usage", None)
-        input_tokens = output_tokens = None
-        if usage is not None and isinstance(usage.input_tokens, int) and isinstance(usage.output_tokens, int):
+        input_tokens = getattr(usage, "input_tokens", None)
+        output_tokens = getattr(usage, "output_tokens", None)
+        if isinstance(input_tokens, int) and isinstance(output_tokens, int):
             # Cache reads and writes are input tokens too (reported separately when
             # prompt caching is on); they are priced here at the plain input rate.
             cached = [getattr(usage, k, None) for k in ("cache_creation_input_tokens", "cache_read_input_tokens")]
-            input_tokens = usage.input_tokens + sum(c for c in cached if isinstance(c, int))
-            output_tokens = usage.output_tokens
+            input_tokens += sum(c for c in cached if isinstance(c, int))
+        else:
+            input_tokens = output_tokens = None
         return Completion(text, input_tokens, output_tokens, getattr(message, "stop_reason", None))

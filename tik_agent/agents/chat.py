@@ -72,7 +72,9 @@ def translate_sdk_error(err: Exception, sdk: ModuleType, provider: str, model: s
             return AgentUnavailable(f"{provider} kept failing after the SDK's retries: HTTP {status}: {detail}")
         return RequestRejected(f"{provider} rejected the request (HTTP {status}): {detail}")
     if isinstance(err, sdk.APIConnectionError):  # APITimeoutError included
-        return AgentUnavailable(f"{provider} could not be reached after the SDK's retries: {type(err).__name__}: {err}")
+        return AgentUnavailable(
+            f"{provider} could not be reached after the SDK's retries: {type(err).__name__}: {err}"
+        )
     return err
 
 
@@ -97,12 +99,17 @@ class ChatAgent:
     def propose(self, context: AgentContext) -> Proposal:
         rendered = self._prompts.render(context)
         transcript = rendered.transcript()
-        log.debug("%s: attempt %d from %s with %s", self.name, context.attempt_index, context.parent_id, rendered.template)
+        log.debug(
+            "%s: attempt %d from %s with %s", self.name, context.attempt_index, context.parent_id, rendered.template
+        )
         try:
             completion = self._complete(rendered.system, rendered.user)
-        except (MalformedResponse, RequestRejected) as err:
+        except RequestRejected as err:  # refused requests are not billed
             log.warning("%s: failed proposal: %s", self.name, err)
             return Proposal(None, "", Usage(), transcript, "", error=str(err))
+        except MalformedResponse as err:  # the call may have been billed: usage unknown
+            log.warning("%s: failed proposal: %s", self.name, err)
+            return Proposal(None, "", Usage(priced=False), transcript, "", error=str(err))
 
         usage = self._usage(completion)
         parsed = parse_reply(completion.text, context.entry)

@@ -37,6 +37,7 @@ from tik_agent.agents.source_edits import (
     apply_edits,
     constant_slots,
     launch_keyword_slots,
+    launch_option_names,
     looping_kernels,
 )
 
@@ -63,6 +64,7 @@ class Change:
     name: str
     old: object
     new: object
+    launch_only: bool = False  # only sets a launch option (num_warps, num_stages, ...)
 
     def describe(self) -> str:
         old = "default" if self.old is None else repr(self.old)
@@ -90,10 +92,14 @@ class OfflineAgent:
         self.seed = seed
 
     def propose(self, context: AgentContext) -> Proposal:
-        moves = candidate_moves(context.parent_source, context.tunables)
+        prompt = f"offline agent: parent {context.parent_id}, attempt {context.attempt_index}"
+        try:
+            moves = candidate_moves(context.parent_source, context.tunables)
+        except SyntaxError as err:
+            error = f"offline agent: parent {context.parent_id} does not parse: line {err.lineno}: {err.msg}"
+            return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
         history = History.from_feedback(context, [*context.tunables, "num_stages"])
         fresh = [m for m in moves if m.key not in history.tried_here]
-        prompt = f"offline agent: parent {context.parent_id}, attempt {context.attempt_index}"
         if not fresh:
             error = f"offline agent: every move within two changes of parent {context.parent_id} was tried"
             return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
@@ -105,10 +111,12 @@ class OfflineAgent:
             ((history.score(m, context.is_interpreter) + 0.5 * rng.random(), i) for i, m in enumerate(fresh)),
             reverse=True,
         )
-        # Calls that see the same history (proposals in flight together) differ
-        # in attempt_index: give each a different one of the best moves.  Run
-        # sequentially, the offset stays put and the best move is taken.
-        offset = context.attempt_index - history.count_here
+        # attempt_index minus the attempts already reported is the number of
+        # proposals still in flight: 0 when run one at a time (take the best
+        # move), and different for each of several calls made together (spread
+        # them over the best few).  When the loop trims ``recent`` the offset
+        # grows instead, which cycles through the best few: still reproducible.
+        offset = context.attempt_index - len(context.recent)
         _, chosen = scored[offset % min(TOP_K, len(scored))]
         move = fresh[chosen]
 
@@ -123,6 +131,7 @@ def candidate_moves(source: str, tunables: Mapping[str, Sequence[object]]) -> li
     """Every single and paired tunable change, and the num_stages rewrite where it applies."""
     index = SourceIndex(source)
     slots = constant_slots(index, tunables)
+    launch_only = launch_option_names(index, tunables)
     singles: list[tuple[Change, Edit]] = []
     for name, values in tunables.items():
         slot = slots.get(name)
@@ -131,7 +140,7 @@ def candidate_moves(source: str, tunables: Mapping[str, Sequence[object]]) -> li
             continue
         for value in values:
             if value != slot.value:
-                singles.append((Change(name, slot.value, value), Edit(slot, value)))
+                singles.append((Change(name, slot.value, value, name in launch_only), Edit(slot, value)))
 
     why = "Tunables listed in the spec leave each row's reduction order alone."
     moves = [Move((c,), (e,), why) for c, e in singles]
@@ -153,7 +162,7 @@ def _num_stages_moves(index: SourceIndex) -> list[Move]:
         "the arithmetic and its order are untouched."
     )
     return [
-        Move((Change("num_stages", old, v),), tuple(Edit(s, v) for s in slots), why)
+        Move((Change("num_stages", old, v, launch_only=True),), tuple(Edit(s, v) for s in slots), why)
         for v in NUM_STAGES_VALUES
         if v != old
     ]
@@ -167,7 +176,6 @@ class History:
     """What ``recent`` says about moves: tried from this parent, broken values, good directions."""
 
     tried_here: frozenset[frozenset[tuple[str, object]]]
-    count_here: int
     broken: Counter
     direction: Counter
 
@@ -175,13 +183,10 @@ class History:
     def from_feedback(cls, context: AgentContext, names: Iterable[str]) -> History:
         names = sorted(names, key=len, reverse=True)
         tried, broken, direction = set(), Counter(), Counter()
-        count_here = 0
         for feedback in context.recent:
             changes = changes_in(feedback, names)
-            if feedback.parent_id == context.parent_id:
-                count_here += 1
-                if changes:
-                    tried.add(frozenset((c.name, c.new) for c in changes))
+            if feedback.parent_id == context.parent_id and changes:
+                tried.add(frozenset((c.name, c.new) for c in changes))
             for change in changes:
                 if feedback.outcome in _BROKEN:
                     broken[(change.name, change.new)] += 1
@@ -190,15 +195,15 @@ class History:
                     direction[(change.name, sign)] += 1 + math.log(max(feedback.speedup or 1.0, 1.0))
                 elif sign and feedback.outcome in _SLOW:
                     direction[(change.name, sign)] -= 1
-        return cls(frozenset(tried), count_here, broken, direction)
+        return cls(frozenset(tried), broken, direction)
 
     def score(self, move: Move, interpreter: bool) -> float:
         total = -0.3 * (len(move.changes) - 1)  # one idea at a time first
         for change in move.changes:
             total -= 2.0 * self.broken[(change.name, change.new)]
             total += self.direction[(change.name, _sign(change))]
-            if change.name == "num_stages" and interpreter:
-                total -= 3.0  # the interpreter ignores num_stages: no speedup to find there
+            if change.launch_only and interpreter:
+                total -= 1.5  # the interpreter ignores launch options: no speedup to find there
         return total
 
 
@@ -208,14 +213,15 @@ def changes_in(feedback: AttemptFeedback, names: Sequence[str]) -> list[Change]:
         return []
     pattern = re.compile(rf"\b(?P<name>{'|'.join(map(re.escape, names))})\s*(?::[^=\n]*)?=\s*{_VALUE}")
     if feedback.source_diff:
-        added = [ln[1:] for ln in feedback.source_diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-        removed = [ln[1:] for ln in feedback.source_diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
-        old = {m["name"]: _literal(m["new"], unreadable=None) for line in removed for m in pattern.finditer(line)}
+        lines = feedback.source_diff.splitlines()
+        added = [ln[1:] for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+        removed = [ln[1:] for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+        old = {m["name"]: _literal(m["new"], None) for line in removed for m in pattern.finditer(line)}
         new = {m["name"]: _literal(m["new"]) for line in added for m in pattern.finditer(line)}
     elif feedback.rationale:
         was = re.compile(rf"{pattern.pattern}\s*\(was (?P<old>[^)]*)\)")
         found = list(was.finditer(feedback.rationale))
-        old = {m["name"]: _literal(m["old"], unreadable=None) for m in found}
+        old = {m["name"]: _literal(m["old"], None) for m in found}
         new = {m["name"]: _literal(m["new"]) for m in found}
     else:
         return []

@@ -43,7 +43,9 @@ class OpenAIAgent(ChatAgent):
         # None leaves the limit to the server: local servers differ in which of
         # max_tokens / max_completion_tokens they accept.
         self._max_output_tokens = max_output_tokens
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s)
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
+        )
 
     def _complete(self, system: str, user: str) -> Completion:
         extra = {} if self._max_output_tokens is None else {"max_completion_tokens": self._max_output_tokens}

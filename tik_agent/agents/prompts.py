@@ -122,6 +122,7 @@ class PromptRenderer:
 def template_variables(context: AgentContext) -> dict[str, object]:
     """The names every template may use (documented in prompts/README.md)."""
     last = context.last_from_parent()
+    repairing = choose_template(context) != PROPOSE
     return {
         "spec_text": context.spec_text,
         "entry": context.entry,
@@ -135,6 +136,7 @@ def template_variables(context: AgentContext) -> dict[str, object]:
         "timing_table": [_timing_row(row) for row in context.timing_table],
         "recent": [_feedback_view(f) for f in context.recent],
         "last": _feedback_view(last) if last is not None else None,
+        "repair_of": last.attempt_id if repairing and last is not None else None,
         "device": context.device,
         "is_interpreter": context.is_interpreter,
         "attempt_index": context.attempt_index,

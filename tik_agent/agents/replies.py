@@ -105,9 +105,8 @@ def _dedent_fenced(body: str, indent: str) -> str:
     if not indent:
         return body
     width = len(indent)
-    return "".join(
-        line[width:] if line[:width].strip() == "" else line for line in body.splitlines(True)
-    )
+    lines = body.splitlines(True)
+    return "".join(line[min(width, len(line) - len(line.lstrip(" \t"))) :] for line in lines)
 
 
 def _normalise(source: str) -> str:

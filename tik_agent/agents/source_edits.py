@@ -6,7 +6,8 @@ with :mod:`ast` (a module-level constant such as ``ROWS_PER_PROGRAM = 1``, or th
 characters, so comments, formatting and every other byte stay as they were.
 
 Recognised constant forms: ``NAME = 1``, ``NAME: tl.constexpr = 1`` and
-``NAME = tl.constexpr(1)``; negative numbers included.
+``NAME = tl.constexpr(1)``, with any Python literal (negative numbers, strings,
+tuples) as the value.
 """
 
 from __future__ import annotations
@@ -78,9 +79,7 @@ def _literal_node(value: ast.expr | None) -> ast.expr | None:
         ast.literal_eval(value)
     except ValueError:
         return None
-    if isinstance(value, ast.Constant) or (isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant)):
-        return value
-    return None
+    return value
 
 
 def constant_slots(index: SourceIndex, names: Iterable[str]) -> dict[str, Slot]:
@@ -112,9 +111,27 @@ def looping_kernels(index: SourceIndex) -> set[str]:
     for node in index.tree.body:
         if not isinstance(node, ast.FunctionDef):
             continue
-        if any(is_jit_decorator(d) for d in node.decorator_list) and any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(node)):
+        jitted = any(is_jit_decorator(d) for d in node.decorator_list)
+        if jitted and any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(node)):
             names.add(node.name)
     return names
+
+
+# Launch options that tune how the compiled program runs on a GPU, never what it computes.
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
+
+
+def launch_option_names(index: SourceIndex, names: Iterable[str]) -> set[str]:
+    """Those of ``names`` whose every use is as the value of a launch option (``num_warps=NAME``)."""
+    as_option: set[int] = set()
+    for node in ast.walk(index.tree):
+        if isinstance(node, ast.keyword) and node.arg in LAUNCH_OPTIONS and isinstance(node.value, ast.Name):
+            as_option.add(id(node.value))
+    uses: dict[str, list[bool]] = {}
+    for node in ast.walk(index.tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            uses.setdefault(node.id, []).append(id(node) in as_option)
+    return {name for name in names if uses.get(name) and all(uses[name])}
 
 
 def launch_keyword_slots(index: SourceIndex, kernels: set[str], keyword: str) -> list[Slot] | None:
