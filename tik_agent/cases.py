@@ -46,7 +46,7 @@ class Case:
     @property
     def id(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
-        kind = "inv" if self.invariance else "par"
+        kind = "inv" if self.invariance else "hid" if self.hidden else "par"
         return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}"
 
     def to_dict(self) -> dict:
@@ -170,3 +170,23 @@ def _inject_special(t, gen):
     which = torch.randint(0, len(specials), (count,), generator=gen)
     flat[where] = specials[which]
     return flat.view(t.shape)
+
+
+def hidden_cases(spec: KernelSpec) -> list[Case]:
+    """Shapes the agent never sees: dims between or beyond the spec's, odd batch.
+
+    A candidate that special-cases the published dims (shape overfitting)
+    meets these in every evaluation without having been told them.
+    """
+    dims = {}
+    for name, values in spec.dims.items():
+        lo, hi = min(values), max(values)
+        dims[name] = ((lo + hi) // 2) | 1 if hi - lo > 2 else hi + 13
+    m = max(b for b in spec.parity.batch_sizes) + 2
+    m |= 1
+    return [Case(m, dims, dtype, spec.parity.regimes[i % len(spec.parity.regimes)], spec.parity.seeds[0], hidden=True)
+            for i, dtype in enumerate(spec.parity.dtypes)]
+
+
+def evaluation_cases(spec: KernelSpec) -> list[Case]:
+    return parity_cases(spec) + hidden_cases(spec)

@@ -45,6 +45,7 @@ error names the file, the field and the offending value.  The schema::
     N = 4096
     dtype = "bfloat16"
     weight = 4.0
+    devices = ["cpu", "cuda"]         # optional: the interpreter needs small cells
 
     [tunables]                        # module-level constants of kernel.py that
     ROWS_PER_PROGRAM = [1, 2, 4, 8]   # leave each row's reduction order alone
@@ -133,6 +134,7 @@ class WorkloadCell:
     dims: Mapping[str, int]
     dtype: str
     weight: float
+    devices: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ class KernelSpec:
     @property
     def spec_path(self) -> Path:
         return self.directory / SPEC_FILE
+
+    def workload_for(self, device: str) -> tuple[WorkloadCell, ...]:
+        return tuple(c for c in self.workload if device in c.devices)
 
     def signature_text(self) -> str:
         params = [i.name for i in self.inputs] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -423,9 +428,13 @@ def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[W
         weight = r.get("weight", (int, float), 1.0)
         if not math.isfinite(weight) or weight <= 0:
             raise _err(path, f"{where}.weight", "expected a positive number", weight)
+        devices = r.get("devices", list, ["cpu", "cuda"])
+        for j, d in enumerate(devices):
+            if d not in ("cpu", "cuda"):
+                raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight"):
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
                 continue
             if key not in dims:
                 raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
@@ -435,7 +444,10 @@ def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[W
         for d in dims:
             if d not in cell_dims:
                 raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight)))
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
+    for device in ("cpu", "cuda"):
+        if not any(device in c.devices for c in cells):
+            raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
     return tuple(cells)
 
 

@@ -1,0 +1,88 @@
+"""The evaluator's verdict as a record: an Outcome enum and versioned JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+SCHEMA_VERSION = 1
+
+
+class Outcome(str, Enum):
+    PASSED = "passed"                    # parity and integrity held, no cell regressed
+    REJECTED_STATIC = "rejected_static"  # the source broke a static rule; nothing ran
+    COMPILE_ERROR = "compile_error"      # did not import, or Triton refused it
+    RUNTIME_ERROR = "runtime_error"      # raised while running a case
+    PARITY_FAILED = "parity_failed"      # bits differ from the seed, or batch variant
+    INTEGRITY_FAILED = "integrity_failed"  # no kernel ran, inputs changed, unwritten output, ...
+    SLOWER = "slower"                    # a workload cell regressed beyond the cap
+    TIMEOUT = "timeout"                  # killed at the wall-clock limit
+    CRASHED = "crashed"                  # the worker died (signal, memory limit, ...)
+
+    @property
+    def passed(self) -> bool:
+        return self is Outcome.PASSED
+
+
+@dataclass
+class Verdict:
+    outcome: Outcome
+    reason: str | None
+    speedup: float | None = None           # workload-weighted, candidate vs seed
+    speedup_vs_parent: float | None = None
+    noise: float | None = None             # weighted relative spread of the timings
+    timer: str | None = None
+    cases: list[dict] = field(default_factory=list)
+    first_mismatch: dict | None = None
+    timing: list[dict] = field(default_factory=list)
+    static_violations: list[dict] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    candidate_sha256: str = ""
+    seed_sha256: str = ""
+    seconds: float = 0.0
+    worker_log: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome.passed
+
+    @property
+    def cases_passed(self) -> int:
+        return sum(1 for c in self.cases if c.get("passed"))
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA_VERSION,
+            "passed": self.passed,
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "speedup": self.speedup,
+            "speedup_vs_parent": self.speedup_vs_parent,
+            "noise": self.noise,
+            "timer": self.timer,
+            "cases_passed": self.cases_passed,
+            "cases_total": len(self.cases),
+            "first_mismatch": self.first_mismatch,
+            "cases": self.cases,
+            "timing": self.timing,
+            "static_violations": self.static_violations,
+            "environment": self.environment,
+            "candidate_sha256": self.candidate_sha256,
+            "seed_sha256": self.seed_sha256,
+            "seconds": self.seconds,
+            "worker_log": self.worker_log,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Verdict":
+        if d.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"verdict schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
+        return cls(
+            outcome=Outcome(d["outcome"]), reason=d["reason"], speedup=d["speedup"],
+            speedup_vs_parent=d["speedup_vs_parent"], noise=d["noise"], timer=d["timer"],
+            cases=list(d["cases"]), first_mismatch=d["first_mismatch"], timing=list(d["timing"]),
+            static_violations=list(d["static_violations"]), environment=dict(d["environment"]),
+            candidate_sha256=d["candidate_sha256"], seed_sha256=d["seed_sha256"],
+            seconds=float(d["seconds"]), worker_log=d.get("worker_log"),
+        )
