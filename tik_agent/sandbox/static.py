@@ -40,16 +40,34 @@ class Violation:
 
 # --------------------------------------------------------------------------- policy
 
-# Modules a candidate may import; ``triton.language.*`` (libdevice etc.) is covered by
-# the open prefixes below.
+# Modules a candidate may import (plus the DSL namespaces of triton.language, below).
 _ALLOWED_MODULES = frozenset({"torch", "triton", "triton.language", "math", "typing", "enum", "__future__"})
-
-# Dotted paths under which every name is allowed: the Triton DSL and pure-Python helpers.
-_OPEN_PREFIXES = ("triton.language", "math", "typing", "enum", "__future__")
 
 _TRITON_API = frozenset(
     f"triton.{name}" for name in ("jit", "cdiv", "next_power_of_2", "heuristics", "language", "Config", "constexpr")
 )
+
+# typing and enum import sys, functools and friends, so only the names a kernel file
+# uses are allowed; math holds only pure functions and constants.
+_STDLIB_API = frozenset(
+    [f"typing.{name}" for name in ("Any", "Optional", "Union", "Tuple", "List", "Dict", "Sequence", "Callable")]
+    + ["enum.Enum", "enum.IntEnum", "enum.auto", "__future__.annotations"]
+)
+
+# triton.language is allowed as a whole, except what its modules import: builtins,
+# inspect, knobs, the C extension, importlib machinery, the runtime driver.  A chain may
+# only walk through DSL namespaces and may not end on one of those internals
+# (tl.core.builtins.open, tl.extra.module_finder, tl.target_info.driver ...).
+_DSL = "triton.language"
+_DSL_NAMESPACES = frozenset(
+    {"extra", "cuda", "hip", "libdevice", "math", "standard", "random", "utils", "gdc", "target_info"}
+)
+_DSL_INTERNALS = frozenset(
+    {
+        "core", "semantic", "tl", "builtins", "inspect", "ir", "knobs", "typing", "pkgutil", "os", "sys",
+        "module", "modules", "module_finder", "module_from_spec", "module_name", "spec", "driver", "wraps",
+    }
+)  # fmt: skip
 
 _TORCH_DTYPES = (
     "float16", "bfloat16", "float32", "float64", "half", "float", "double",
@@ -204,9 +222,19 @@ def _outermost_chains(tree: ast.AST) -> Iterator[ast.expr]:
 
 
 def _api_allowed(path: str) -> bool:
-    if path in _TORCH_API or path in _TRITON_API:
+    """Whether a dotted path (``torch.empty``, ``tl.extra.libdevice.rsqrt``) may be used."""
+    if path in _TORCH_API or path in _TRITON_API or path in _STDLIB_API or path == _DSL:
         return True
-    return any(path == p or path.startswith(p + ".") for p in _OPEN_PREFIXES)
+    if path.startswith("math."):
+        return path.count(".") == 1
+    if path.startswith(_DSL + "."):
+        *namespaces, name = path[len(_DSL) + 1 :].split(".")
+        return (
+            all(n in _DSL_NAMESPACES for n in namespaces)
+            and name not in _DSL_INTERNALS
+            and not name.startswith("_")
+        )
+    return False
 
 
 def _api_prefix_allowed(path: str) -> bool:
@@ -274,7 +302,7 @@ def _check_imports(ctx: _Context) -> Iterator[Violation]:
 
 
 def _module_allowed(module: str) -> bool:
-    return module in _ALLOWED_MODULES or module.startswith("triton.language.")
+    return module in _ALLOWED_MODULES or (module.startswith(_DSL + ".") and _api_allowed(module))
 
 
 # Rationale: these builtins read or write files (open), run arbitrary code (eval, exec,
@@ -377,7 +405,11 @@ def _check_module_state(ctx: _Context) -> Iterator[Violation]:
                 yield _v("module-state", stmt, "module-level assignment target must be a name")
 
 
+_CONSTANT_CALLS = frozenset({"int", "float", "bool", "triton.constexpr", "triton.language.constexpr"})
+
+
 def _is_constant(ctx: _Context, node: ast.expr, constants: set[str]) -> bool:
+    """Numbers, strings, dtypes, tl.constexpr(...), math on those, and earlier constants."""
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name):
@@ -390,10 +422,10 @@ def _is_constant(ctx: _Context, node: ast.expr, constants: set[str]) -> bool:
         return _is_constant(ctx, node.left, constants) and _is_constant(ctx, node.right, constants)
     if isinstance(node, ast.Attribute):
         path = ctx.resolve(node) or ""
-        return path.startswith(("torch.", "math.", "triton.language.")) and _api_allowed(path)
+        return path.startswith(("torch.", "math.", _DSL + ".")) and _api_allowed(path)
     if isinstance(node, ast.Call) and not node.keywords:
-        callee = node.func.id if isinstance(node.func, ast.Name) else ctx.resolve(node.func)
-        pure = callee in {"int", "float", "bool", "triton.constexpr", "triton.language.constexpr"} or (callee or "").startswith("math.")
+        callee = (node.func.id if isinstance(node.func, ast.Name) else ctx.resolve(node.func)) or ""
+        pure = callee in _CONSTANT_CALLS or callee.startswith("math.")
         return pure and all(_is_constant(ctx, a, constants) for a in node.args)
     return False
 
@@ -446,10 +478,11 @@ def _check_async(ctx: _Context) -> Iterator[Violation]:
 @_rule("decorator")
 def _check_decorators(ctx: _Context) -> Iterator[Violation]:
     """Only @triton.jit and @triton.heuristics(...) decorate functions."""
+    allowed = {"triton.jit", "triton.heuristics", "triton.autotune"}  # autotune: its own rule
     for node in ast.walk(ctx.tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
-                if _decorator_path(ctx.aliases, decorator) not in {"triton.jit", "triton.heuristics", "triton.autotune"}:
+                if _decorator_path(ctx.aliases, decorator) not in allowed:
                     yield _v("decorator", decorator, f"decorator '{ast.unparse(decorator)}' is not allowed")
 
 
@@ -458,9 +491,35 @@ def _check_decorators(ctx: _Context) -> Iterator[Violation]:
 @_rule("autotune")
 def _check_autotune(ctx: _Context) -> Iterator[Violation]:
     """No triton.autotune."""
+    message = "triton.autotune selects configs by timing; pin the config"
     for node in _outermost_chains(ctx.tree):
         if (ctx.resolve(node) or "").startswith("triton.autotune"):
-            yield _v("autotune", node, "triton.autotune selects configs by timing; pin the config")
+            yield _v("autotune", node, message)
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "triton":
+            if any(alias.name == "autotune" for alias in node.names):
+                yield _v("autotune", node, message)
+
+
+# Rationale: a @triton.jit object's attributes (cache, run, fn, device_caches, warmup)
+# hold compiled kernels and the raw Python function; reaching them lets a candidate
+# replay cached results or swap what the launch runs.  Launching is kernel[grid](...).
+@_rule("kernel-attribute")
+def _check_kernel_attribute(ctx: _Context) -> Iterator[Violation]:
+    """Kernels are only launched (kernel[grid](...)), never inspected or changed."""
+    kernels = {fn.name for fn in ctx.jit_functions}
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in kernels:
+            yield _v("kernel-attribute", node, f"'{ast.unparse(node)}' reaches into a compiled kernel")
+
+
+def _stores(ctx: _Context) -> Iterator[tuple[ast.AST, ast.expr, bool]]:
+    """(statement, attribute-or-item target, target is rooted at a module-level name)."""
+    roots = set(ctx.aliases) | set(ctx.module_names)
+    for node in ast.walk(ctx.tree):
+        for target in _flatten_targets(_assignment_targets(node)):
+            if isinstance(target, (ast.Attribute, ast.Subscript)):
+                yield node, target, _root_name(target) in roots
 
 
 # Rationale: assigning to an attribute or item of a module or of a module-level object
@@ -469,11 +528,9 @@ def _check_autotune(ctx: _Context) -> Iterator[Violation]:
 @_rule("monkeypatch")
 def _check_monkeypatch(ctx: _Context) -> Iterator[Violation]:
     """No assignment or deletion of attributes or items on imported modules or module-level names."""
-    roots = set(ctx.aliases) | set(ctx.module_names)
-    for node in ast.walk(ctx.tree):
-        for target in _flatten_targets(_assignment_targets(node)):
-            if isinstance(target, (ast.Attribute, ast.Subscript)) and _root_name(target) in roots:
-                yield _v("monkeypatch", target, f"'{ast.unparse(target)}' modifies a module or module-level object")
+    for _, target, global_root in _stores(ctx):
+        if global_root:
+            yield _v("monkeypatch", target, f"'{ast.unparse(target)}' modifies a module or module-level object")
 
 
 # Rationale: outside a kernel, setting attributes (x.data = ..., t.grad = ...) swaps
@@ -481,13 +538,9 @@ def _check_monkeypatch(ctx: _Context) -> Iterator[Violation]:
 @_rule("attribute-assignment")
 def _check_attribute_assignment(ctx: _Context) -> Iterator[Violation]:
     """No attribute assignment outside @triton.jit functions."""
-    roots = set(ctx.aliases) | set(ctx.module_names)
-    for node in ast.walk(ctx.tree):
-        if ctx.in_kernel(node):
-            continue
-        for target in _flatten_targets(_assignment_targets(node)):
-            if isinstance(target, ast.Attribute) and _root_name(target) not in roots:
-                yield _v("attribute-assignment", target, f"assignment to '{ast.unparse(target)}'")
+    for node, target, global_root in _stores(ctx):
+        if isinstance(target, ast.Attribute) and not global_root and not ctx.in_kernel(node):
+            yield _v("attribute-assignment", target, f"assignment to '{ast.unparse(target)}'")
 
 
 # Rationale: writing tensor elements from the host (y[...] = ...) is torch compute done
@@ -495,13 +548,9 @@ def _check_attribute_assignment(ctx: _Context) -> Iterator[Violation]:
 @_rule("host-store")
 def _check_host_store(ctx: _Context) -> Iterator[Violation]:
     """No item assignment or deletion outside @triton.jit functions."""
-    roots = set(ctx.aliases) | set(ctx.module_names)
-    for node in ast.walk(ctx.tree):
-        if ctx.in_kernel(node):
-            continue
-        for target in _flatten_targets(_assignment_targets(node)):
-            if isinstance(target, ast.Subscript) and _root_name(target) not in roots:
-                yield _v("host-store", target, f"item assignment '{ast.unparse(target)}' outside a kernel")
+    for node, target, global_root in _stores(ctx):
+        if isinstance(target, ast.Subscript) and not global_root and not ctx.in_kernel(node):
+            yield _v("host-store", target, f"item assignment '{ast.unparse(target)}' outside a kernel")
 
 
 # Rationale: the result must come from a Triton kernel, so torch is for allocation and
@@ -511,22 +560,31 @@ def _check_host_store(ctx: _Context) -> Iterator[Violation]:
 @_rule("torch-api")
 def _check_torch_api(ctx: _Context) -> Iterator[Violation]:
     """Only allocation, dtype and device-query parts of torch."""
-    yield from _check_api(ctx, "torch", "torch-api")
+    yield from _check_api(ctx, ("torch",), "torch-api")
 
 
 # Rationale: triton.testing (do_bench), triton.runtime, triton.knobs and triton.compiler
-# reach the timer, the cache and the compiler; a kernel file needs only jit, cdiv,
-# next_power_of_2, heuristics, Config, constexpr and the language.
+# reach the timer, the cache and the compiler, and tl.core.builtins reaches open and
+# eval; a kernel file needs only jit, cdiv, next_power_of_2, heuristics, Config,
+# constexpr and the DSL namespaces of triton.language.
 @_rule("triton-api")
 def _check_triton_api(ctx: _Context) -> Iterator[Violation]:
-    """Only triton.jit/cdiv/next_power_of_2/heuristics/Config/constexpr and triton.language."""
-    yield from _check_api(ctx, "triton", "triton-api")
+    """Only triton.jit/cdiv/next_power_of_2/heuristics/Config/constexpr and the triton.language DSL."""
+    yield from _check_api(ctx, ("triton",), "triton-api")
 
 
-def _check_api(ctx: _Context, root: str, rule: str) -> Iterator[Violation]:
+# Rationale: typing and enum import sys, functools and more (typing.sys.modules reaches
+# every loaded module), so only the annotation and enum names a kernel file uses pass.
+@_rule("stdlib-api")
+def _check_stdlib_api(ctx: _Context) -> Iterator[Violation]:
+    """Only pure math functions, common typing names and enum.Enum/IntEnum/auto."""
+    yield from _check_api(ctx, ("math", "typing", "enum", "__future__"), "stdlib-api")
+
+
+def _check_api(ctx: _Context, roots: tuple[str, ...], rule: str) -> Iterator[Violation]:
     for node in _outermost_chains(ctx.tree):
         path = ctx.resolve(node)
-        if path is None or path.split(".")[0] != root or path.startswith("triton.autotune"):
+        if path is None or path.split(".")[0] not in roots or path.startswith("triton.autotune"):
             continue
         if not _api_allowed(path):
             yield _v(rule, node, f"'{path}' is not an allowed API")
@@ -589,8 +647,13 @@ def check_source(source: str, filename: str = "candidate.py") -> list[Violation]
         return [Violation("syntax", err.lineno or 0, f"{filename}: {err.msg}")]
     except ValueError as err:  # e.g. null bytes in the source
         return [Violation("syntax", 0, f"{filename}: {err}")]
+    except (RecursionError, MemoryError):  # how the parser reports nesting too deep
+        return [Violation("syntax", 0, f"{filename}: nesting too deep to analyse")]
     ctx = _build_context(tree)
-    found = {violation for rule in RULES.values() for violation in rule.check(ctx)}
+    try:
+        found = {violation for rule in RULES.values() for violation in rule.check(ctx)}
+    except RecursionError:
+        return [Violation("syntax", 0, f"{filename}: nesting too deep to analyse")]
     violations = sorted(found, key=lambda v: (v.line, v.rule, v.message))
     if violations:
         logger.debug("%s: %d static violation(s)", filename, len(violations))

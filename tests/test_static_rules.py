@@ -1,0 +1,304 @@
+"""Static rules: legitimate kernels pass, every file in the adversarial corpus is caught."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tik_agent.sandbox import static
+from tik_agent.sandbox.static import RULES, Violation, check_source
+
+CORPUS = Path(__file__).parent / "adversarial" / "static"
+LEGIT = sorted((CORPUS / "legit").glob("*.py"))
+EXPLOITS = sorted(CORPUS.glob("*.py"))
+
+HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
+KERNEL = """
+
+@triton.jit
+def _k(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+
+def rules_of(source: str) -> set[str]:
+    return {v.rule for v in check_source(source)}
+
+
+def candidate(launcher_body: str, module: str = "") -> str:
+    """A minimal candidate whose launcher runs ``launcher_body`` before launching."""
+    body = textwrap.indent(textwrap.dedent(launcher_body).strip("\n"), "    ")
+    return f"{HEADER}{module}{KERNEL}\n\ndef launch(x):\n{body}\n    _k[(1,)](x, x.numel(), BLOCK=128)\n    return x\n"
+
+
+def test_corpus_is_present() -> None:
+    assert len(LEGIT) == 3
+    assert len(EXPLOITS) >= 25
+
+
+@pytest.mark.parametrize("path", LEGIT, ids=lambda p: p.stem)
+def test_legitimate_kernels_pass(path: Path) -> None:
+    assert check_source(path.read_text(), str(path)) == []
+
+
+@pytest.mark.parametrize("path", EXPLOITS, ids=lambda p: p.stem)
+def test_exploit_is_rejected_by_expected_rule(path: Path) -> None:
+    source = path.read_text()
+    match = re.match(r"# expect: (\S+)", source)
+    assert match, f"{path.name} lacks an '# expect: <rule>' header"
+    expected = match.group(1)
+    assert expected in RULES, f"{path.name} expects unknown rule {expected}"
+    violations = check_source(source, str(path))
+    assert expected in {v.rule for v in violations}, violations
+    assert all(v.line >= 1 for v in violations)
+
+
+def test_syntax_error_is_a_single_violation_with_its_line() -> None:
+    violations = check_source("import torch\n\ndef f(:\n    pass\n", "bad.py")
+    assert violations == [Violation("syntax", 3, violations[0].message)]
+    assert "bad.py" in violations[0].message
+
+
+def test_null_byte_is_a_syntax_violation() -> None:
+    assert [v.rule for v in check_source("x = 1\0\n")] == ["syntax"]
+
+
+def test_minimal_candidate_passes() -> None:
+    assert check_source(candidate("n = x.numel()")) == []
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "x = x.contiguous().view(-1)",
+        "M, N = x.shape[0], x.size(-1)",
+        "s = x.stride(0) + x.dim() + x.element_size()",
+        "ok = x.is_contiguous() and x.dtype == torch.float32 and x.device.type == 'cpu'",
+        "big = torch.finfo(x.dtype).max > 0 and torch.iinfo(torch.int32).max > 0",
+        "y = torch.empty((4, 4), dtype=torch.bfloat16, device=x.device)",
+        "y = torch.empty_strided((4,), (1,), dtype=x.dtype)",
+        "z = torch.zeros_like(x)",
+        "n = triton.next_power_of_2(max(1, min(x.numel(), 4096)))",
+        "grid = lambda meta: (triton.cdiv(x.numel(), meta['BLOCK']),)",
+        "assert isinstance(x, torch.Tensor), 'need a tensor'",
+        "if x.dim() != 1:\n    raise ValueError(f'bad shape {tuple(x.shape)}')",
+        "with torch.cuda.device(x.device):\n    pass",
+        "shape = tuple(int(d) for d in x.shape)",
+        "t = x.t().reshape(-1).unsqueeze(0).permute(1, 0)",
+        "for i in range(len(x.shape)):\n    pass",
+    ],
+)
+def test_legitimate_launcher_idioms_pass(launcher: str) -> None:
+    assert check_source(candidate(launcher)) == []
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "BLOCK = 1024\n",
+        "BLOCK: tl.constexpr = tl.constexpr(256)\n",
+        "BLOCK = 64\nHALF = BLOCK // 2\n",
+        "SHAPES = (1, (2, 3), 'x', None, True, -1.5)\n",
+        "ACC_DTYPE = torch.float32\nOUT = tl.float16\n",
+        "LOG2E = math.log2(math.e)\nINF = float('inf')\n",
+    ],
+)
+def test_module_constants_pass(module: str) -> None:
+    assert check_source(candidate("pass", module="import math\n" + module)) == []
+
+
+def test_triton_import_forms_pass() -> None:
+    source = (
+        "from __future__ import annotations\n"
+        "import torch\n"
+        "from triton import jit, cdiv\n"
+        "from triton import language as tl\n"
+        "from triton.language.extra import libdevice\n"
+        "from typing import Optional\n\n"
+        "@jit\n"
+        "def _k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(x_ptr + offs, libdevice.rsqrt(tl.load(x_ptr + offs)))\n\n"
+        "def launch(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:\n"
+        "    _k[(cdiv(x.numel(), 128),)](x, BLOCK=128)\n"
+        "    return x\n"
+    )
+    assert check_source(source) == []
+
+
+def test_kernel_dsl_methods_are_not_host_compute() -> None:
+    source = HEADER + (
+        "\n@triton.jit\n"
+        "def _k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    x = tl.load(x_ptr + tl.arange(0, BLOCK)).to(tl.float32)\n"
+        "    tl.store(x_ptr + tl.arange(0, BLOCK), x - tl.max(x, axis=0) + x.sum() * 0)\n"
+    )
+    assert check_source(source) == []
+
+
+@pytest.mark.parametrize(
+    ("launcher", "rule"),
+    [
+        ("print(x.shape)", "print"),
+        ("y = x.float()", "host-compute"),
+        ("x.zero_()", "host-compute"),
+        ("x @= x", "host-compute"),
+        ("y = x.clone()", "host-compute"),
+        ("v = vars(x)", "forbidden-builtin"),
+        ("g = globals()", "forbidden-builtin"),
+        ("x.grad = None", "attribute-assignment"),
+        ("del x[0]", "host-store"),
+        ("c = x.__class__", "dunder"),
+        ("s = 'x'.__len__", "dunder"),
+        ("b = torch.backends.cudnn.enabled", "torch-api"),
+        ("torch.set_default_dtype(torch.float64)", "torch-api"),
+        ("f = torch.compile", "torch-api"),
+        ("lib = torch.library", "torch-api"),
+        ("e = torch.cuda.Event(enable_timing=True)", "torch-api"),
+        ("t = torch", "torch-api"),
+        ("c = torch._C", "torch-api"),
+        ("ms = triton.testing.do_bench(lambda: None)", "triton-api"),
+        ("c = triton.compiler", "triton-api"),
+        ("def inner():\n    nonlocal x", "global"),
+        ("s = '{x.__dict__}'", "dunder"),
+        ("s = '{0[secret]}'.format({})", "introspection"),
+        ("tb = None\nf = tb.tb_frame", "introspection"),
+    ],
+)
+def test_launcher_exploits_are_rejected(launcher: str, rule: str) -> None:
+    assert rule in rules_of(candidate(launcher))
+
+
+@pytest.mark.parametrize(
+    ("module", "rule"),
+    [
+        ("_SEEN = []\n", "module-state"),
+        ("_SEEN = set()\n", "module-state"),
+        ("_TABLE = {i: i for i in range(4)}\n", "module-state"),
+        ("torch = None\n", "module-state"),
+        ("X, Y = 1, []\n", "module-state"),
+        ("for _ in range(2):\n    pass\n", "module-level"),
+        ("try:\n    import os\nexcept ImportError:\n    pass\n", "module-level"),
+        ("torch.empty(1)\n", "module-level"),
+        ("BLOCK = 1\nBLOCK += 1\n", "module-level"),
+        ("from torch import *\n", "import"),
+        ("import torch.nn\n", "import"),
+        ("from triton import testing\n", "import"),
+        ("from triton import autotune\n", "autotune"),
+        ("import importlib\n", "import"),
+        ("import builtins\n", "import"),
+        ("import gc\n", "import"),
+        ("import pickle\n", "import"),
+    ],
+)
+def test_module_level_exploits_are_rejected(module: str, rule: str) -> None:
+    assert rule in rules_of(candidate("pass", module=module))
+
+
+def test_print_inside_kernel_is_rejected() -> None:
+    source = HEADER + (
+        "\n@triton.jit\n"
+        "def _k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    tl.static_print(BLOCK)\n"
+        "    print('hi')\n"
+    )
+    assert [v.rule for v in check_source(source)] == ["print", "print"]
+
+
+def test_decorators_other_than_jit_and_heuristics_are_rejected() -> None:
+    source = candidate("pass") + "\n\n@launch\ndef other(x):\n    return x\n"
+    assert rules_of(source) == {"decorator"}
+
+
+def test_violation_reports_the_offending_line() -> None:
+    source = candidate("a = 1\nb = x.sum()")
+    [violation] = check_source(source)
+    assert source.splitlines()[violation.line - 1].strip() == "b = x.sum()"
+    assert violation.rule == "host-compute"
+
+
+def test_every_rule_has_a_summary_and_a_rationale_comment() -> None:
+    lines = Path(static.__file__).read_text().splitlines()
+    registered = [i for i, line in enumerate(lines) if line.startswith("@_rule(")]
+    assert len(registered) == len(RULES)
+    for index in registered:
+        comment: list[str] = []
+        cursor = index - 1
+        while cursor >= 0 and lines[cursor].startswith("#"):
+            comment.insert(0, lines[cursor])
+            cursor -= 1
+        assert comment and comment[0].startswith("# Rationale:"), lines[index]
+    assert all(rule.summary for rule in RULES.values())
+
+
+@pytest.mark.parametrize(
+    ("launcher", "rule"),
+    [
+        ("o = tl.core.builtins.open", "triton-api"),
+        ("k = tl.core.knobs", "triton-api"),
+        ("c = tl.random.tl", "triton-api"),
+        ("e = triton.language.extra.pkgutil", "triton-api"),
+        ("m = typing.sys.modules", "stdlib-api"),
+        ("s = enum.sys", "stdlib-api"),
+        ("f = typing.get_type_hints", "stdlib-api"),
+        ("m = math.sqrt.x", "stdlib-api"),
+        ("c = _k.cache", "kernel-attribute"),
+        ("f = _k.fn", "kernel-attribute"),
+    ],
+)
+def test_module_internals_are_rejected(launcher: str, rule: str) -> None:
+    module = "import math\nimport typing\nimport enum\n"
+    assert rule in rules_of(candidate(launcher, module=module))
+
+
+def test_import_of_dsl_internals_is_rejected() -> None:
+    assert "import" in rules_of(candidate("pass", module="import triton.language.core as core\n"))
+    assert "import" in rules_of(candidate("pass", module="from triton.language.core import builtins\n"))
+
+
+def test_dsl_internals_of_the_installed_triton_are_rejected() -> None:
+    """Walk triton.language as installed: every public name that is not DSL must fail."""
+    import importlib
+    import types
+
+    safe_types = {"JITFunction", "InterpretedFunction", "ConstexprFunction", "int", "bool", "EnumType"}
+    safe_types |= {"_Feature", "TypeVar", "_SpecialGenericAlias"}
+    namespaces = ["triton.language"]
+    checked = 0
+    leaks: list[str] = []
+    while namespaces:
+        module = importlib.import_module(namespaces.pop())
+        for name in (n for n in dir(module) if not n.startswith("_")):
+            value = getattr(module, name)
+            path = f"{module.__name__}.{name}"
+            if isinstance(value, types.ModuleType):
+                if name in static._DSL_NAMESPACES and value.__name__ == path:
+                    namespaces.append(path)
+                    continue
+                dsl = value.__name__.split(".")[-1] in static._DSL_NAMESPACES | {"language"}
+                safe = dsl and value.__name__.startswith("triton.language")
+            else:
+                origin = getattr(value, "__module__", None) or type(value).__module__
+                safe = origin.startswith("triton.language") or type(value).__name__ in safe_types
+                safe = safe or name in {"jit", "constexpr_function"}
+            checked += 1
+            if not safe and static._api_allowed(path):
+                leaks.append(f"{path} ({type(value).__name__})")
+    assert checked > 100
+    assert leaks == []
+
+
+def test_absurd_nesting_is_rejected_not_crashing() -> None:
+    assert [v.rule for v in check_source("x = " + "-" * 100_000 + "1")] == ["syntax"]
+
+
+SEEDS = sorted((Path(__file__).resolve().parents[1] / "seed_kernels").glob("*/kernel.py"))
+
+
+@pytest.mark.parametrize("path", SEEDS, ids=lambda p: p.parent.name)
+def test_bundled_seed_kernels_pass(path: Path) -> None:
+    assert check_source(path.read_text(), str(path)) == []

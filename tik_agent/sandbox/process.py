@@ -1,0 +1,319 @@
+"""Run a worker command in a sandboxed child process.
+
+The child gets its own session (so the whole process group can be killed), a
+scrubbed environment built from an allowlist, resource limits set with
+``setrlimit`` before ``exec``, a private network namespace where the kernel allows
+one, and stdout/stderr redirected to files inside its working directory.  Files, not
+pipes: a child that prints megabytes, or a grandchild that keeps the descriptors
+open, can never block the parent.
+
+The parent waits with a wall-clock deadline, then kills the process group with
+SIGKILL; it also does so when interrupted (KeyboardInterrupt) before re-raising.
+
+Limits worth knowing:
+
+* ``RLIMIT_NPROC`` counts every process of the user, not only the sandbox's, and
+  root is exempt from it.
+* ``RLIMIT_AS`` caps virtual memory; CUDA reserves huge address ranges, so leave
+  ``memory_bytes`` unset on GPU runs.
+* ``RLIMIT_FSIZE`` also bounds the captured stdout/stderr files.
+* A grandchild that calls ``setsid`` leaves the process group and escapes the kill;
+  the audit hook in :mod:`tik_agent.sandbox.guard` forbids the worker to spawn one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import math
+import os
+import re
+import resource
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_TAIL_BYTES = 20_000
+REAP_GRACE_SECONDS = 30
+STDOUT_NAME = "sandbox.stdout"
+STDERR_NAME = "sandbox.stderr"
+
+# Copied from the parent's environment when present; nothing else is.
+_INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")
+_FIXED = {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Names that look like credentials never reach the child, whoever asks.
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
+    r"^(ANTHROPIC|OPENAI|AWS|AZURE|GOOGLE|GCP|GCLOUD|GH|GITHUB|GITLAB|HF|HUGGING\w*|WANDB|"
+    r"SSH|GPG|NPM|PYPI|TWINE|DOCKER|SLACK|STRIPE|DATABASE|REDIS|MONGO|POSTGRES|PG)_",
+    re.IGNORECASE,
+)
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits for one sandboxed run; ``None`` leaves a limit as inherited."""
+
+    wall_seconds: float = 600
+    cpu_seconds: int | None = None
+    memory_bytes: int | None = None
+    file_bytes: int | None = None
+    max_processes: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.wall_seconds, bool) or not isinstance(self.wall_seconds, (int, float)):
+            raise ValueError(f"SandboxLimits.wall_seconds: expected a number, got {self.wall_seconds!r}")
+        if not (math.isfinite(self.wall_seconds) and self.wall_seconds > 0):
+            raise ValueError(f"SandboxLimits.wall_seconds: must be finite and > 0, got {self.wall_seconds!r}")
+        for name in ("cpu_seconds", "memory_bytes", "file_bytes", "max_processes"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"SandboxLimits.{name}: expected an int or None, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"SandboxLimits.{name}: must be > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """How the child ended and the tail of what it printed.
+
+    ``returncode`` is the exit status when the child exited, ``None`` when a signal
+    killed it (then ``signal`` holds the signal number).  ``timed_out`` means the
+    parent killed the group at the wall-clock deadline.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    signal: int | None
+    wall_seconds: float
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def scrubbed_environment(extra: Mapping[str, str] | None = None, *, workdir: Path | None = None) -> dict[str, str]:
+    """Build a child environment from nothing but an allowlist.
+
+    Copies PATH, locale and CUDA location variables from ``os.environ``, pins
+    ``OMP_NUM_THREADS=1``, ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED=0``, and
+    when ``workdir`` is given points HOME, TMPDIR and TRITON_CACHE_DIR into it.
+    ``extra`` (e.g. ``{"TRITON_INTERPRET": "1"}``) is added last; a name there that
+    looks like a credential raises ValueError, as does a malformed name or value.
+    """
+    env = {name: os.environ[name] for name in _INHERITED if name in os.environ and not _SECRET_NAME.search(name)}
+    env.setdefault("PATH", _DEFAULT_PATH)
+    env.update(_FIXED)
+    if workdir is not None:
+        root = str(Path(workdir).resolve())
+        env.update(HOME=root, TMPDIR=root, TRITON_CACHE_DIR=os.path.join(root, "triton-cache"))
+    for name, value in (extra or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"scrubbed_environment: invalid variable name {name!r}")
+        if _SECRET_NAME.search(name):
+            raise ValueError(f"scrubbed_environment: refusing to pass credential-like variable {name}")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError(f"scrubbed_environment: value of {name} must be a string without NUL")
+        env[name] = value
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    """libc, loaded in the parent so the child never runs the dynamic loader after fork."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _unshare_network(libc: ctypes.CDLL) -> None:
+    """Enter a fresh network namespace (loopback only); raise OSError if impossible.
+
+    Root (CAP_SYS_ADMIN) can do this directly.  Otherwise try an unprivileged user
+    namespace first, mapping our own uid and gid so file ownership looks unchanged.
+    """
+    if libc.unshare(_CLONE_NEWNET) == 0:
+        return
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unshare: {os.strerror(code)}")
+    for path, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        fd = os.open(f"/proc/self/{path}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+@functools.lru_cache(maxsize=1)
+def network_isolation_available() -> bool:
+    """Whether children can be put in a private network namespace here (probed once)."""
+    libc = _libc()
+    if libc is None:
+        logger.warning("network isolation unavailable: libc could not be loaded")
+        return False
+    try:
+        subprocess.run(
+            ["/bin/sh", "-c", "exit 0"],
+            preexec_fn=functools.partial(_unshare_network, libc),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=30,
+        )
+    except (subprocess.SubprocessError, OSError) as err:
+        logger.warning("network isolation unavailable (%s); sandboxed children share the network", err)
+        return False
+    return True
+
+
+def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_network: bool) -> Callable[[], None]:
+    """The preexec_fn: runs in the child between fork and exec, so it stays minimal."""
+
+    def setup() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if limits.cpu_seconds is not None:
+            # SIGXCPU at the soft limit, SIGKILL one second later at the hard limit.
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+        for which, value in (
+            (resource.RLIMIT_AS, limits.memory_bytes),
+            (resource.RLIMIT_FSIZE, limits.file_bytes),
+            (resource.RLIMIT_NPROC, limits.max_processes),
+        ):
+            if value is not None:
+                _, hard = resource.getrlimit(which)
+                value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                resource.setrlimit(which, (value, value))
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if isolate_network:
+                try:
+                    _unshare_network(libc)
+                except OSError:
+                    pass  # the parent's probe already warned that isolation is unavailable
+
+    return setup
+
+
+def _read_tail(handle: BinaryIO, limit: int = OUTPUT_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of an output file, read through the parent's own handle.
+
+    Reading by descriptor, not by path, means a child that swaps the file for a
+    symlink to something secret only ever shows us its own output.
+    """
+    size = os.fstat(handle.fileno()).st_size
+    handle.seek(max(0, size - limit))
+    text = handle.read(limit).decode("utf-8", errors="replace")
+    return f"[... {size - limit} bytes trimmed ...]\n{text}" if size > limit else text
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError as err:  # only possible if the pgid was reused by another user
+        logger.warning("could not kill process group %d: %s", pgid, err)
+
+
+def _wait_without_reaping(pid: int, deadline: float) -> bool:
+    """Wait until ``pid`` exits or the deadline passes; True if it exited.
+
+    The child is left a zombie (WNOWAIT) so its pid, which is also the process group
+    id, cannot be reused before we have killed the rest of the group.
+    """
+    delay = 0.001
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        if info is not None and info.si_pid == pid:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> int | None:
+    """Collect the exit status; None if SIGKILL has not taken effect in a long while
+    (a process stuck in the kernel, e.g. in a GPU driver call)."""
+    try:
+        return proc.wait(timeout=REAP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        logger.error("sandbox pid %d did not die within %d s of SIGKILL", proc.pid, REAP_GRACE_SECONDS)
+        return None
+
+
+def run_sandboxed(
+    argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str]
+) -> SandboxResult:
+    """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
+
+    ``env`` is used as given: build it with :func:`scrubbed_environment`.  The child's
+    stdout and stderr go to ``sandbox.stdout``/``sandbox.stderr`` in ``workdir`` and
+    their last 20 kB come back in the result.  Raises OSError if ``argv`` cannot be
+    started (e.g. the executable does not exist).
+    """
+    if not argv:
+        raise ValueError("run_sandboxed: argv is empty")
+    workdir = Path(workdir)
+    if not workdir.is_dir():
+        raise ValueError(f"run_sandboxed: workdir {workdir} is not a directory")
+    libc = _libc()
+    isolate = network_isolation_available()
+    start = time.monotonic()
+    with (workdir / STDOUT_NAME).open("w+b") as out, (workdir / STDERR_NAME).open("w+b") as err:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=workdir,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_child_setup(limits, libc, isolate),
+        )
+        logger.debug("sandbox pid %d started: %s", proc.pid, " ".join(argv))
+        try:
+            exited = _wait_without_reaping(proc.pid, start + limits.wall_seconds)
+        except BaseException:  # KeyboardInterrupt above all: never leave the group running
+            _kill_group(proc.pid)
+            _reap(proc)
+            raise
+        _kill_group(proc.pid)  # also takes grandchildren left behind by a finished child
+        status = _reap(proc)
+        wall = time.monotonic() - start
+        stdout, stderr = _read_tail(out), _read_tail(err)
+    if not exited:
+        logger.info("sandbox pid %d killed after %.1f s wall-clock limit", proc.pid, limits.wall_seconds)
+    if status is None:
+        returncode, killed_by = None, int(signal.SIGKILL)
+    elif status < 0:
+        returncode, killed_by = None, -status
+    else:
+        returncode, killed_by = status, None
+    return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr)
