@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
-CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld")
+CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,9 @@ class _Sandbox:
 
     def run(self, request: dict, options: EvalOptions):
         (self.dir / "request.json").write_text(json.dumps(request))
-        extra = {"MALLOC_PERTURB_": "165", "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
+        # Keep freed blocks on the heap (no mmap), so the poison the harness
+        # writes into freed memory is what an unwritten output element holds.
+        extra = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
         limits = SandboxLimits(

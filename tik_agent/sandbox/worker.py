@@ -64,6 +64,10 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     from tik_agent.harness import KernelLoadError, Runner, load_entry
     from tik_agent.spec import load_spec
 
+    if device == "cuda":
+        # CUDA's lazy start-up writes environment variables, which the guard
+        # forbids once installed: start it now.
+        torch.cuda.init()
     result["environment"] = devices.environment(device)
     spec = load_spec(workdir / request["spec_dir"])
     launches.install()

@@ -1,0 +1,163 @@
+"""The evaluator against an adversarial corpus, and bit-preserving rewrites that must pass.
+
+Each exploit is the rmsnorm seed with one edit that passes the static rules
+(those have their own corpus in tests/adversarial/static) and must be caught
+at run time, for the right reason.  A small grid keeps each evaluation to a
+few seconds; the reference is computed once per module.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from seedutil import copy_seed, edit
+from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
+from tik_agent.records import Outcome
+from tik_agent.spec import load_spec
+
+SMALL_SPEC = {
+    "N = [1000, 2100]": "N = [256, 1000]",
+    "batch_sizes = [1, 2, 3, 7, 16, 33]": "batch_sizes = [1, 3, 6]",
+    'dtypes = ["float32", "bfloat16", "float16"]': 'dtypes = ["float32", "bfloat16"]',
+    "seeds = [0, 1]": "seeds = [0]",
+    'regimes = ["normal", "zero", "large", "special"]': 'regimes = ["normal", "special"]',
+}
+SMALL_WORKLOAD = '''
+[[workload]]
+name = "small"
+M = 8
+N = 512
+dtype = "float32"
+weight = 1.0
+devices = ["cpu", "cuda"]
+
+[tunables]'''
+
+
+@pytest.fixture(scope="module")
+def small_seed(tmp_path_factory):
+    seed = copy_seed("rmsnorm", tmp_path_factory.mktemp("seed"))
+    spec_file = seed / "spec.toml"
+    for old, new in SMALL_SPEC.items():
+        edit(spec_file, old, new)
+    text = spec_file.read_text()
+    start, end = text.index("# Timing cells"), text.index("[tunables]")
+    spec_file.write_text(text[:start] + SMALL_WORKLOAD.strip() + text[end + len("[tunables]"):])
+    return load_spec(seed)
+
+
+@pytest.fixture(scope="module")
+def options(device_name="cpu"):
+    from conftest import DEVICE
+
+    return EvalOptions(device=DEVICE, timeout_s=120, rounds=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def reference(small_seed, options):
+    return compute_reference(small_seed, options)
+
+
+def _variant(spec, tmp_path: Path, edits: list[tuple[str, str]], name: str = "candidate.py") -> Path:
+    path = tmp_path / name
+    path.write_text(spec.source.read_text())
+    for old, new in edits:
+        edit(path, old, new)
+    return path
+
+
+# (id, edits to the seed, expected outcome, text expected in the reason)
+EXPLOITS = [
+    ("input-mutation", [("        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)",
+                         "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)\n"
+                         "        tl.store(x_rows + c[None, :], y.to(x_ptr.dtype.element_ty), mask=mask)")],
+     Outcome.INTEGRITY_FAILED, "[inputs]"),
+    ("unwritten-output", [("        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)",
+                           "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask & (c < N - 1)[None, :])")],
+     Outcome.INTEGRITY_FAILED, "[determinism]"),
+    ("stale-memory-no-real-work", [("    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)", "    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)\n    M = 0")],
+     Outcome.INTEGRITY_FAILED, "[determinism]"),
+    ("no-kernel-launched", [("    _rms_norm_kernel[grid](", "    return y\n    _rms_norm_kernel[grid](")],
+     Outcome.INTEGRITY_FAILED, "[launch]"),
+    ("batch-variant-chunking", [("        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N if M > 2 else 128,")],
+     Outcome.PARITY_FAILED, "[invariance]"),
+    ("reduction-order-change", [("BLOCK_N = 1024", "BLOCK_N = 128")], Outcome.PARITY_FAILED, "[parity]"),
+    ("shape-overfit", [("        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N if N in (256, 1000) else 128,")],
+     Outcome.PARITY_FAILED, "hid:"),
+    ("wrong-signature", [("def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6)",
+                          "def rms_norm(inp: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6)"),
+                         ("    if x.dim() != 2:", "    x = inp\n    if x.dim() != 2:")],
+     Outcome.COMPILE_ERROR, "does not take"),
+    ("triton-error", [("    rstd = 1.0 / tl.sqrt(sum_sq / N + eps)", "    rstd = 1.0 / tl.no_such_function(sum_sq / N + eps)")],
+     Outcome.COMPILE_ERROR, "no_such_function"),
+    ("runtime-shape-error", [("        x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)\n        lanes",
+                              "        x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)\n        x = tl.reshape(x, (BLOCK_N, ROWS))\n        lanes")],
+     Outcome.COMPILE_ERROR, "compile error"),
+    ("endless-loop", [("    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)", "    while M > 0:\n        M = M + 1\n    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)")],
+     Outcome.TIMEOUT, "wall-clock limit"),
+    ("host-exfiltration", [("import torch\n", "import torch\nimport os\n"), ("    x = x.contiguous()\n", "    x = x.contiguous()\n    os.environ.get('ANTHROPIC_API_KEY')\n")],
+     Outcome.REJECTED_STATIC, "[import]"),
+    ("syntax-error", [("def rms_norm(", "def rms_norm((")], Outcome.REJECTED_STATIC, "[syntax]"),
+]
+
+
+@pytest.mark.parametrize("name,edits,outcome,reason", EXPLOITS, ids=[e[0] for e in EXPLOITS])
+def test_exploit_is_rejected_for_the_right_reason(small_seed, options, reference, tmp_path, name, edits, outcome, reason):
+    candidate = _variant(small_seed, tmp_path, edits)
+    opts = options if name != "endless-loop" else EvalOptions(device=options.device, timeout_s=15, rounds=1)
+    verdict = evaluate(small_seed, candidate, opts, reference=reference)
+    assert verdict.outcome is outcome, f"{name}: {verdict.outcome.value}: {verdict.reason}"
+    assert reason in (verdict.reason or ""), verdict.reason
+    assert not verdict.passed
+
+
+def test_parity_failure_reports_the_first_mismatch(small_seed, options, reference, tmp_path):
+    candidate = _variant(small_seed, tmp_path, [("BLOCK_N = 1024", "BLOCK_N = 128")])
+    verdict = evaluate(small_seed, candidate, options, reference=reference)
+    mm = verdict.first_mismatch
+    assert mm is not None and mm["expected_bits"] != mm["actual_bits"] and mm["ulps"] >= 1
+    assert mm["case"].startswith("par:") or mm["case"].startswith("inv:")
+
+
+REWRITES = [
+    ("rows-per-program-4", [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 4")]),
+    ("rows-per-program-16", [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 16")]),
+    ("num-warps", [("NUM_WARPS = 4", "NUM_WARPS = 8")]),
+    ("renamed-and-reformatted", [("    sum_sq = tl.sum(lanes, axis=1)\n    rstd = 1.0 / tl.sqrt(sum_sq / N + eps)",
+                                  "    total = tl.sum(lanes, axis=1)\n    mean_sq = total / N\n    rstd = 1.0 / tl.sqrt(mean_sq + eps)")]),
+]
+
+
+@pytest.mark.parametrize("name,edits", REWRITES, ids=[r[0] for r in REWRITES])
+def test_bit_preserving_rewrite_passes(small_seed, options, reference, tmp_path, name, edits):
+    candidate = _variant(small_seed, tmp_path, edits)
+    verdict = evaluate(small_seed, candidate, options, reference=reference)
+    assert verdict.passed, verdict.reason
+    assert verdict.cases_passed == len(verdict.cases) == len(reference.cases)
+    assert verdict.speedup is not None and verdict.timer
+
+
+def test_faster_variant_is_measured_faster(small_seed, options, reference, tmp_path):
+    candidate = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 8")])
+    verdict = evaluate(small_seed, candidate, options, reference=reference)
+    assert verdict.passed and verdict.speedup > 1.5, verdict.speedup
+
+
+def test_parent_timing_is_reported(small_seed, options, reference, tmp_path):
+    parent = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 2")], "parent.py")
+    candidate = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 8")])
+    verdict = evaluate(small_seed, candidate, options, reference=reference, parent=parent)
+    assert verdict.passed and verdict.speedup_vs_parent is not None
+    assert verdict.speedup > verdict.speedup_vs_parent > 1.0
+
+
+def test_a_seed_that_is_not_deterministic_is_refused(tmp_path, options):
+    from tik_agent.errors import SpecError
+
+    seed = copy_seed("rmsnorm", tmp_path)
+    for old, new in SMALL_SPEC.items():
+        edit(seed / "spec.toml", old, new)
+    edit(seed / "kernel.py", "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)",
+         "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask & (c > 0)[None, :])")
+    with pytest.raises(SpecError, match="the seed fails its own checks"):
+        compute_reference(load_spec(seed), EvalOptions(device=options.device, timeout_s=120, timing=False))

@@ -1,0 +1,65 @@
+"""``tik-agent eval``: one candidate against its seed, in the sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from tik_agent import device as devices
+from tik_agent import seeds
+from tik_agent.cli.core import EXIT_OK, EXIT_REJECTED, app, console
+from tik_agent.errors import UsageError
+
+
+@app.command("eval")
+def eval_candidate(
+    candidate: Path = typer.Argument(..., help="A Python file defining the seed's entry."),
+    seed: str = typer.Option(..., "--seed", help="A bundled seed name or a seed directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
+    timeout: float = typer.Option(900.0, help="Wall-clock limit of each sandboxed worker, seconds."),
+    rounds: int = typer.Option(5, help="Interleaved timing rounds."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
+) -> None:
+    """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
+    from tik_agent.evaluate import EvalOptions, evaluate
+
+    if not candidate.is_file():
+        raise UsageError(f"{candidate}: no such candidate file")
+    spec = seeds.resolve(seed)
+    options = EvalOptions(device=devices.resolve(device), timeout_s=timeout, rounds=rounds, timing=not no_timing)
+    verdict = evaluate(spec, candidate, options)
+    if as_json:
+        console.print_json(json.dumps(verdict.to_dict()))
+    else:
+        render(verdict, spec.name)
+    raise typer.Exit(EXIT_OK if verdict.passed else EXIT_REJECTED)
+
+
+def render(verdict, seed_name: str) -> None:
+    env = verdict.environment
+    where = f"{env.get('device_name', env.get('device', '?'))}, triton {env.get('triton', '?')}, torch {env.get('torch', '?')}"
+    if verdict.cases:
+        console.print(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
+    if verdict.timing:
+        table = Table(title=f"timing ({verdict.timer}), medians", title_justify="left")
+        for col in ("cell", "shape", "weight", "seed ms", "candidate ms", "speedup", "noise"):
+            table.add_column(col, justify="left" if col in ("cell", "shape") else "right")
+        for c in verdict.timing:
+            table.add_row(c["name"], c["shape"], f"{c['weight']:g}", f"{c['seed']['median_ms']:.2f}",
+                          f"{c['candidate']['median_ms']:.2f}", f"{c['speedup']:.3f}x", f"{c['noise']:.1%}")
+        console.print(table)
+        console.print(f"workload-weighted speedup vs {seed_name}: {verdict.speedup:.3f}x (noise {verdict.noise:.1%})")
+    if verdict.passed:
+        console.print(f"[green]passed[/green] in {verdict.seconds:.1f} s")
+    else:
+        console.print(f"[red]rejected[/red] ({verdict.outcome.value}): {verdict.reason}", highlight=False, soft_wrap=True)
+        if verdict.first_mismatch:
+            mm = verdict.first_mismatch
+            console.print(f"first mismatch: case {mm['case']}, index {mm['index']}, expected {mm['expected_bits']}, "
+                          f"got {mm['actual_bits']} ({mm['ulps']} ulp)", highlight=False)
+        if verdict.worker_log:
+            console.print(f"worker log (tail):\n{verdict.worker_log[-1500:]}", highlight=False, markup=False)
