@@ -1,0 +1,39 @@
+"""The CUDA path: device timing and evaluation on a real GPU (skipped without one)."""
+
+import pytest
+
+pytestmark = pytest.mark.cuda
+
+
+def test_cuda_event_timer_measures_and_returns():
+    import torch
+
+    from tik_agent.backends.cuda import CudaEventTimer
+
+    timer = CudaEventTimer(flush_bytes=1 << 20)
+    x = torch.randn(1024, 1024, device="cuda")
+    ms, out = timer.measure(lambda: x @ x)
+    assert ms > 0 and out.shape == (1024, 1024)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])
+def test_seed_against_itself_on_cuda(name):
+    from tik_agent.evaluate import EvalOptions, evaluate
+    from tik_agent.seeds import resolve
+
+    spec = resolve(name)
+    verdict = evaluate(spec, spec.source, EvalOptions(device="cuda", rounds=5, memory_bytes=None))
+    assert verdict.passed, verdict.reason
+    assert verdict.environment["device"] == "cuda" and verdict.environment["driver"]
+
+
+def test_batch_variant_candidate_is_caught_on_cuda(tmp_path):
+    from tik_agent.evaluate import EvalOptions, evaluate
+    from tik_agent.records import Outcome
+    from tik_agent.seeds import resolve
+
+    spec = resolve("rmsnorm")
+    cand = tmp_path / "cand.py"
+    cand.write_text(spec.source.read_text().replace("        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N if M > 2 else 128,"))
+    verdict = evaluate(spec, cand, EvalOptions(device="cuda", rounds=2, memory_bytes=None))
+    assert verdict.outcome is Outcome.PARITY_FAILED

@@ -1,0 +1,59 @@
+"""`tik-agent eval`: the bundled seeds pass against themselves; JSON shape; exit codes."""
+
+import json
+
+import pytest
+
+from tik_agent import cli
+from tik_agent.evaluate import EvalOptions, evaluate
+from tik_agent.seeds import resolve
+
+
+def test_rmsnorm_seed_against_itself_json(capsys, device):
+    spec = resolve("rmsnorm")
+    code = cli.run(["eval", str(spec.source), "--seed", "rmsnorm", "--json", "--device", device, "--rounds", "2"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out["reason"]
+    assert out["passed"] is True and out["reason"] is None and out["outcome"] == "passed"
+    assert out["cases_passed"] == out["cases_total"] >= 50
+    assert {"case", "passed", "failed", "checks"} <= set(out["cases"][0])
+    assert out["timing"] and {"name", "shape", "seed", "candidate", "speedup", "noise"} <= set(out["timing"][0])
+    assert 0.5 < out["speedup"] < 2.0
+    for key in ("device", "triton", "torch", "driver"):
+        assert key in out["environment"]
+    assert out["candidate_sha256"] == out["seed_sha256"]
+
+
+@pytest.mark.parametrize("name", ["logprobs", "matmul"])
+def test_other_seeds_against_themselves(name, device):
+    spec = resolve(name)
+    verdict = evaluate(spec, spec.source, EvalOptions(device=device, rounds=1, warmup=0))
+    assert verdict.passed, verdict.reason
+    assert verdict.cases_passed == len(verdict.cases)
+
+
+def test_rejected_candidate_exits_1_with_json_reason(tmp_path, capsys):
+    bad = tmp_path / "cand.py"
+    bad.write_text("import os\n")
+    assert cli.run(["eval", str(bad), "--seed", "rmsnorm", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] is False and out["outcome"] == "rejected_static" and "[import]" in out["reason"]
+    assert out["speedup"] is None
+
+
+def test_candidate_that_does_not_parse_exits_1(tmp_path, capsys):
+    bad = tmp_path / "cand.py"
+    bad.write_text("def (:\n")
+    assert cli.run(["eval", str(bad), "--seed", "rmsnorm"]) == 1
+    assert "syntax" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,text", [
+    (["eval", "missing.py", "--seed", "rmsnorm"], "no such candidate file"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "nope"], "unknown seed 'nope'"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--device", "tpu"], "unknown device"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--timeout", "0"], "--timeout: must be positive"),
+])
+def test_bad_usage_exits_2(argv, text, capsys):
+    assert cli.run(argv) == 2
+    assert text in capsys.readouterr().err
