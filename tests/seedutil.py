@@ -32,3 +32,32 @@ def shrink_grid(seed_dir: Path, batch_sizes: str = "[1, 2, 5, 9]", dims: dict | 
     for dim, values in (dims or {}).items():
         text = re.sub(rf"^{dim} = \[[^\]]*\]", f"{dim} = {values}", text, flags=re.M)
     spec.write_text(text)
+
+
+SMALL_RMSNORM_EDITS = {
+    "N = [1000, 2100]": "N = [256, 1000]",
+    "batch_sizes = [1, 2, 3, 7, 16, 33]": "batch_sizes = [1, 3, 6]",
+    'dtypes = ["float32", "bfloat16", "float16"]': 'dtypes = ["float32", "bfloat16"]',
+    "seeds = [0, 1]": "seeds = [0]",
+    'regimes = ["normal", "zero", "large", "special"]': 'regimes = ["normal", "special"]',
+}
+SMALL_WORKLOAD = """[[workload]]
+name = "small"
+M = 8
+N = 512
+dtype = "float32"
+weight = 1.0
+
+"""
+
+
+def small_rmsnorm(dest: Path) -> Path:
+    """The rmsnorm seed with a grid and a workload small enough for seconds-long evaluations."""
+    seed = copy_seed("rmsnorm", dest)
+    spec_file = seed / "spec.toml"
+    for old, new in SMALL_RMSNORM_EDITS.items():
+        edit(spec_file, old, new)
+    text = spec_file.read_text()
+    start, end = text.index("# Timing cells"), text.index("[tunables]")
+    spec_file.write_text(text[:start] + SMALL_WORKLOAD + text[end:])
+    return seed

@@ -10,44 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from seedutil import copy_seed, edit
+from seedutil import SMALL_RMSNORM_EDITS, copy_seed, edit, small_rmsnorm
 from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
 from tik_agent.records import Outcome
 from tik_agent.spec import load_spec
 
-SMALL_SPEC = {
-    "N = [1000, 2100]": "N = [256, 1000]",
-    "batch_sizes = [1, 2, 3, 7, 16, 33]": "batch_sizes = [1, 3, 6]",
-    'dtypes = ["float32", "bfloat16", "float16"]': 'dtypes = ["float32", "bfloat16"]',
-    "seeds = [0, 1]": "seeds = [0]",
-    'regimes = ["normal", "zero", "large", "special"]': 'regimes = ["normal", "special"]',
-}
-SMALL_WORKLOAD = '''
-[[workload]]
-name = "small"
-M = 8
-N = 512
-dtype = "float32"
-weight = 1.0
-devices = ["cpu", "cuda"]
-
-[tunables]'''
-
-
 @pytest.fixture(scope="module")
 def small_seed(tmp_path_factory):
-    seed = copy_seed("rmsnorm", tmp_path_factory.mktemp("seed"))
-    spec_file = seed / "spec.toml"
-    for old, new in SMALL_SPEC.items():
-        edit(spec_file, old, new)
-    text = spec_file.read_text()
-    start, end = text.index("# Timing cells"), text.index("[tunables]")
-    spec_file.write_text(text[:start] + SMALL_WORKLOAD.strip() + text[end + len("[tunables]"):])
-    return load_spec(seed)
+    return load_spec(small_rmsnorm(tmp_path_factory.mktemp("seed")))
 
 
 @pytest.fixture(scope="module")
-def options(device_name="cpu"):
+def options():
     from conftest import DEVICE
 
     return EvalOptions(device=DEVICE, timeout_s=120, rounds=3, warmup=1)
@@ -155,7 +129,7 @@ def test_a_seed_that_is_not_deterministic_is_refused(tmp_path, options):
     from tik_agent.errors import SpecError
 
     seed = copy_seed("rmsnorm", tmp_path)
-    for old, new in SMALL_SPEC.items():
+    for old, new in SMALL_RMSNORM_EDITS.items():
         edit(seed / "spec.toml", old, new)
     edit(seed / "kernel.py", "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)",
          "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask & (c > 0)[None, :])")

@@ -268,11 +268,6 @@ def test_bundled_seeds_get_valid_proposals(name):
         assert static.check_source(proposal.source) == []
 
 
-@pytest.mark.skip(reason="needs the evaluator (tik_agent.evaluate), added later")
-def test_offline_agent_finds_a_faster_parity_preserving_rmsnorm_under_the_interpreter():
-    """On rmsnorm the offline agent must find a variant the evaluator accepts as faster."""
-
-
 BITS_CHECK = """
 import importlib.util, sys
 import torch
