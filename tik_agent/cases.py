@@ -46,7 +46,7 @@ class Case:
     @property
     def id(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
-        kind = "inv" if self.invariance else "hid" if self.hidden else "par"
+        kind = ("hinv" if self.hidden else "inv") if self.invariance else "hid" if self.hidden else "par"
         return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}"
 
     def to_dict(self) -> dict:
@@ -188,5 +188,13 @@ def hidden_cases(spec: KernelSpec) -> list[Case]:
             for i, dtype in enumerate(spec.parity.dtypes)]
 
 
-def evaluation_cases(spec: KernelSpec) -> list[Case]:
-    return parity_cases(spec) + hidden_cases(spec)
+def workload_invariance_case(spec: KernelSpec, device: str) -> Case:
+    """Batch invariance at the largest timing shape of the device: the grid
+    then spans batch sizes from 1 up to the largest workload batch."""
+    cell = max(spec.workload_for(device), key=lambda c: (c.m, sorted(c.dims.items())))
+    return Case(cell.m, dict(cell.dims), cell.dtype, "normal", spec.parity.seeds[0],
+                invariance=True, subbatches=1, hidden=True)
+
+
+def evaluation_cases(spec: KernelSpec, device: str) -> list[Case]:
+    return parity_cases(spec) + hidden_cases(spec) + [workload_invariance_case(spec, device)]

@@ -163,7 +163,7 @@ def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | N
 
 def compute_reference(spec: KernelSpec, options: EvalOptions, cases: list[Case] | None = None) -> Reference:
     """Run the seed over the evaluation cases in a worker; check it against itself."""
-    cases = cases if cases is not None else evaluation_cases(spec)
+    cases = cases if cases is not None else evaluation_cases(spec, options.device)
     box = _Sandbox(spec, options.keep_workdir)
     try:
         kernel = box.add("seed_kernel.py", spec.source)

@@ -1,0 +1,86 @@
+"""Cost of a full sandboxed evaluation against the same kernel calls run bare.
+
+    .venv/bin/python benchmarks/bench_evaluator.py [--seeds rmsnorm logprobs matmul] [--rounds 3]
+
+"full" is `evaluate(spec, seed, ...)` from a cold start: the reference worker
+(seed over every parity case) plus the candidate worker (candidate over every
+case, interleaved timing against the seed, re-check), static rules, process
+start-up, tensor files and judging.  "bare" makes the same kernel calls in
+this one process with no sandbox: the same cases through the same harness for
+the seed and for the candidate, then the same timing calls.  The ratio is the
+price of isolation and integrity checks.  Medians over --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from tik_agent.backends import interpreter
+
+interpreter.activate()
+
+from tik_agent import launches  # noqa: E402
+from tik_agent.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
+from tik_agent.evaluate import EvalOptions, evaluate  # noqa: E402
+from tik_agent.harness import Runner, load_entry  # noqa: E402
+from tik_agent.seeds import resolve  # noqa: E402
+
+
+def bare(spec, rounds: int, warmup: int) -> float:
+    launches.install()
+    start = time.perf_counter()
+    seed = load_entry(spec.source, spec, "seed")
+    cand = load_entry(spec.source, spec, "candidate")
+    cases = evaluation_cases(spec, "cpu")
+    for entry in (seed, cand):
+        runner = Runner(entry, spec, "cpu")
+        for case in cases:
+            runner.run_case(case)
+    kwargs = dict(spec.kwargs)
+    cells = spec.workload_for("cpu")
+    serial = 0
+    for _ in range(warmup + rounds):
+        for cell in cells:
+            for entry in (cand, seed):
+                serial += 1
+                inputs = make_inputs(spec, workload_case(cell, serial), "cpu")
+                entry(*inputs, **kwargs)
+    for cell in cells:
+        inputs = make_inputs(spec, workload_case(cell, 0), "cpu")
+        cand(*inputs, **kwargs)
+        seed(*inputs, **kwargs)
+    return time.perf_counter() - start
+
+
+def full(spec, rounds: int, warmup: int) -> float:
+    start = time.perf_counter()
+    verdict = evaluate(spec, spec.source, EvalOptions(device="cpu", rounds=rounds, warmup=warmup))
+    if not verdict.passed:
+        sys.exit(f"{spec.name}: the seed failed against itself: {verdict.reason}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", nargs="+", default=["rmsnorm", "logprobs", "matmul"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print("| seed | cases | full evaluation, s | bare calls, s | full / bare |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name in args.seeds:
+        spec = resolve(name)
+        fulls, bares = [], []
+        for _ in range(args.repeat):  # alternate so drift hits both sides
+            fulls.append(full(spec, args.rounds, args.warmup))
+            bares.append(bare(spec, args.rounds, args.warmup))
+        f, b = statistics.median(fulls), statistics.median(bares)
+        print(f"| {name} | {len(evaluation_cases(spec, 'cpu'))} | {f:.1f} | {b:.1f} | {f / b:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
