@@ -2,3 +2,4 @@
 
 from tik_agent.cli import seed_commands  # noqa: F401
 from tik_agent.cli import eval_commands  # noqa: F401
+from tik_agent.cli import export_commands  # noqa: F401

@@ -1,0 +1,340 @@
+"""tik-agent export: naming, the certificate, the wheel's contents and the CLI's refusals.
+
+The run these tests export is made the way ``tik-agent optimize`` makes one: a
+lineage (``tik_agent.lineage``) whose root is a small rmsnorm seed and whose
+accepted commits carry real verdicts from :func:`tik_agent.evaluate.evaluate`
+on this machine.  The variants change ``ROWS_PER_PROGRAM`` (identical bits,
+fewer programs).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from seedutil import copy_seed, edit, shrink_grid
+from tik_agent.cli import run as cli
+from tik_agent.errors import UsageError
+from tik_agent.export import export_wheel, wheel_certificate
+from tik_agent.export.project import check_imports, distribution
+from tik_agent.lineage import LineageWriter, format_trailers
+
+SEED_FILES = ("kernel.py", "spec.toml", "reference.py")
+
+
+def make_run(base: Path, variants: tuple[str, ...] = ("4",), device: str = "cpu") -> Path:
+    """A run directory of the tiny rmsnorm seed with one accepted commit per ROWS_PER_PROGRAM value.
+
+    ``main`` is left on the first variant (the best); an empty tuple gives a
+    run that accepted nothing.
+    """
+    from tik_agent import device as devices
+    from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
+    from tik_agent.spec import load_spec
+
+    base.mkdir(parents=True, exist_ok=True)
+    seed = copy_seed("rmsnorm", base / "seeds")
+    shrink_grid(seed, batch_sizes="[1, 2, 5, 9]", dims={"N": "[100, 257]"})
+    spec = load_spec(seed)
+    run = base / "runs" / "rmsnorm-20260101-000000"
+    writer = LineageWriter.init(run)
+    for name in SEED_FILES:
+        shutil.copy2(seed / name, run / name)
+    env = devices.environment(device)
+    (run / "evaluation.json").write_text(json.dumps({"schema": 1, "kind": "seed", "environment": env, "cases": [],
+                                                     "timing": [], "speedup": 1.0}))
+    root = writer.commit_root([*SEED_FILES, "evaluation.json"], "seed: rmsnorm\n\nKind: seed")
+    (run / "run.json").write_text(json.dumps({"schema": 1, "seed": "rmsnorm", "device": device}))
+    (run / "summary.json").write_text(json.dumps({"run_id": run.name, "seed": "rmsnorm"}))
+    options = EvalOptions(device=device, rounds=3)
+    reference = compute_reference(spec, options) if variants else None
+    parent, parent_file, best = root, seed / "kernel.py", None
+    for i, rows in enumerate(variants, start=1):
+        attempt = f"a{i:04d}"
+        folder = run / "attempts" / attempt
+        folder.mkdir(parents=True)
+        candidate = folder / "candidate.py"
+        shutil.copy2(seed / "kernel.py", candidate)
+        edit(candidate, "ROWS_PER_PROGRAM = 1", f"ROWS_PER_PROGRAM = {rows}")
+        verdict = evaluate(spec, candidate, options, reference, parent=parent_file)
+        assert verdict.passed, verdict.reason
+        record = dict(verdict.to_dict(), kind="variant", attempt_id=attempt, parent_commit=parent)
+        (folder / "evaluation.json").write_text(json.dumps(record, indent=2))
+        trailers = {"Attempt-Id": attempt, "Parent-Commit": parent, "Speedup-Vs-Seed": f"{verdict.speedup:.4f}",
+                    "Speedup-Vs-Parent": f"{verdict.speedup_vs_parent:.4f}",
+                    "Parity-Cases": f"{verdict.cases_passed}/{len(verdict.cases)}", "Device": device,
+                    "Agent": "offline", "Model": "none", "Tokens-Input": "0", "Tokens-Output": "0"}
+        sha = writer.commit_variant(attempt, parent, candidate, folder / "evaluation.json",
+                                    f"{attempt}: ROWS_PER_PROGRAM = {rows}\n\n{format_trailers(trailers)}")
+        best = best or sha
+        parent, parent_file = sha, candidate
+    if best:
+        writer.set_best(best)
+    return run
+
+
+def shared_run(tmp_path_factory) -> Path:
+    """One run with two accepted commits (a0001 the best) per test session, for every export test module."""
+    base = tmp_path_factory.getbasetemp() / "export-run"
+    ready = base / "ready"
+    if not ready.is_file():
+        run = make_run(base, variants=("4", "2"))
+        ready.write_text(str(run))
+    return Path(ready.read_text())
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory) -> Path:
+    return shared_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def empty_run(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("empty-run"), variants=())
+
+
+@pytest.fixture(scope="session")
+def wheel(run_dir, tmp_path_factory) -> Path:
+    return export_wheel(run_dir, tmp_path_factory.mktemp("dist"))
+
+
+def git_file(run: Path, ref: str, path: str) -> bytes:
+    import git
+
+    return (git.Repo(run).commit(ref).tree / path).data_stream.read()
+
+
+def sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_member(wheel: Path, suffix: str) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(suffix)]
+        return zf.read(name)
+
+
+# --------------------------------------------------------------------------- naming
+
+
+def test_default_distribution_name_and_version():
+    d = distribution("rmsnorm", "0123456789abcdef")
+    assert (d.name, d.import_name, d.namespace, d.version) == (
+        "tik-kernel-rmsnorm", "tik_kernel_rmsnorm", "tik_kernel_rmsnorm", "0.1.0+g0123456789")
+
+
+@pytest.mark.parametrize("given, canonical, import_name", [
+    ("My.Kernel_X", "my-kernel-x", "my_kernel_x"),
+    ("fast-rmsnorm", "fast-rmsnorm", "fast_rmsnorm"),
+    ("k", "k", "k"),
+])
+def test_distribution_names_are_normalised(given, canonical, import_name):
+    d = distribution("rmsnorm", "abc", given, "1.0")
+    assert (d.name, d.import_name) == (canonical, import_name)
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("-lead", "not a valid distribution name"), ("trail.", "not a valid distribution name"),
+    ("two words", "not a valid distribution name"), ("", "not a valid distribution name"),
+    ("9lives", "not a Python identifier"), ("torch", "shadow"), ("json", "shadow"), ("tik_agent", "shadow"),
+])
+def test_bad_distribution_names_are_usage_errors(bad, reason):
+    with pytest.raises(UsageError, match=reason):
+        distribution("rmsnorm", "abc", bad)
+
+
+@pytest.mark.parametrize("version, normalised", [("1.0", "1.0"), ("2.0.0rc1", "2.0.0rc1"), ("0.1+Local.7", "0.1+local.7")])
+def test_versions_are_validated_and_normalised(version, normalised):
+    assert distribution("rmsnorm", "abc", None, version).version == normalised
+
+
+def test_bad_version_is_a_usage_error():
+    with pytest.raises(UsageError, match="--version"):
+        distribution("rmsnorm", "abc", None, "one point oh")
+
+
+# --------------------------------------------------------------------------- the wheel
+
+
+def test_export_builds_exactly_one_wheel(wheel):
+    assert [p.name for p in wheel.parent.glob("*.whl")] == [wheel.name]
+    assert wheel.name.startswith("tik_kernel_rmsnorm-0.1.0+") and wheel.name.endswith("-py3-none-any.whl")
+
+
+def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    package = {n.split("/", 1)[1] for n in names if n.startswith("tik_kernel_rmsnorm/")}
+    assert package == {"__init__.py", "__main__.py", "_backend.py", "_cases.py", "_op.py", "_verify.py", "kernel.py",
+                       "_seed_kernel.py", "certificate.json", "spec.toml"}
+    assert not [n for n in names if "tik_agent" in n]
+    for name in package:
+        if name.endswith(".py"):
+            assert b"tik_agent" not in read_member(wheel, f"tik_kernel_rmsnorm/{name}"), name
+
+
+def test_wheel_metadata_depends_on_torch_and_triton_only(wheel, run_dir):
+    meta = read_member(wheel, ".dist-info/METADATA").decode()
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    assert sorted(r.split(">=")[0] for r in requires) == ["torch", "triton"]
+    assert "Name: tik-kernel-rmsnorm" in meta
+    # The README is the long description: provenance and use.
+    best = git_file(run_dir, "main", "kernel.py")
+    assert "Description-Content-Type: text/markdown" in meta
+    for text in ("## Provenance", sha256(best), run_dir.name, "torch.ops.tik_kernel_rmsnorm.rms_norm", "verify()",
+                 "TRITON_INTERPRET=1"):
+        assert text in meta, text
+
+
+def test_wheel_carries_the_winner_and_the_seed_verbatim(wheel, run_dir):
+    assert read_member(wheel, "tik_kernel_rmsnorm/kernel.py") == git_file(run_dir, "main", "kernel.py")
+    assert read_member(wheel, "tik_kernel_rmsnorm/_seed_kernel.py") == git_file(run_dir, "seed", "kernel.py")
+    assert read_member(wheel, "tik_kernel_rmsnorm/spec.toml") == git_file(run_dir, "seed", "spec.toml")
+
+
+def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wheel, run_dir):
+    import git
+
+    from tik_agent.cases import evaluation_cases
+    from tik_agent.spec import load_spec
+
+    cert = wheel_certificate(wheel)
+    evaluation = json.loads(git_file(run_dir, "main", "evaluation.json"))
+    repo = git.Repo(run_dir)
+    assert cert["schema"] == 1
+    assert cert["seed"]["sha256"] == sha256(git_file(run_dir, "seed", "kernel.py")) == evaluation["seed_sha256"]
+    assert cert["kernel"]["sha256"] == sha256(git_file(run_dir, "main", "kernel.py")) == evaluation["candidate_sha256"]
+    assert cert["run"]["run_id"] == run_dir.name
+    assert cert["run"]["commit"] == repo.heads.main.commit.hexsha
+    assert cert["run"]["root_commit"] == repo.tags["seed"].commit.hexsha
+    assert [a["attempt_id"] for a in cert["run"]["ancestry"]] == ["a0001", None]
+    assert cert["kernel"]["attempt_id"] == "a0001"
+    assert cert["environment"]["device"] == evaluation["environment"]["device"] == "cpu"
+    assert {"torch", "triton", "python", "device_name"} <= set(cert["environment"])
+    assert "executable" not in cert["environment"]
+    assert cert["speedups"]["vs_seed"] == pytest.approx(evaluation["speedup"])
+    assert [c["name"] for c in cert["speedups"]["cells"]] == [c["name"] for c in evaluation["timing"]]
+    assert cert["parity"]["cases_passed"] == cert["parity"]["cases_total"] == len(evaluation["cases"])
+    assert [c["id"] for c in cert["cases"]] == [c["case"] for c in evaluation["cases"]]
+    assert all(c["outcome"] == "passed" for c in cert["cases"])
+    grid = evaluation_cases(load_spec(run_dir), "cpu")
+    assert [(c["m"], c["dims"], c["invariance"], c["hidden"]) for c in cert["cases"]] == [
+        (c.m, c.dims, c.invariance, c.hidden) for c in grid]
+    assert cert["agent"] == {"agent": "offline", "model": "none", "tokens_input": "0", "tokens_output": "0"}
+    assert cert["distribution"]["op"] == "tik_kernel_rmsnorm::rms_norm"
+
+
+def test_the_wheels_inputs_are_the_ones_tik_agent_checked(wheel, tmp_path):
+    """verify() repeats the run's experiment: same inputs, same sub-batches, for every certified case."""
+    import importlib.util
+
+    from tik_agent.bits import digest
+    from tik_agent.cases import Case, make_inputs, subbatches
+    from tik_agent.spec import load_spec
+
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path)
+    package = tmp_path / "tik_kernel_rmsnorm"
+    mod_spec = importlib.util.spec_from_file_location("_exported_cases", package / "_cases.py")
+    cases_mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(cases_mod)
+    shutil.copy2(package / "_seed_kernel.py", package / "kernel.py")  # load_spec wants the seed's file name
+    spec = load_spec(package)
+    wheel_spec = cases_mod.load_spec(package / "spec.toml")
+    cert = cases_mod.load_certificate(package / "certificate.json")
+    for raw, case in zip(cert["cases"], cases_mod.certified_cases(cert)):
+        ours = Case.from_dict(raw)
+        assert ours.id == case.id
+        assert digest(cases_mod.make_inputs(wheel_spec, case, "cpu")) == digest(make_inputs(spec, ours)), case.id
+        assert [(s.index, s.prefix) for s in subbatches(ours)] == cases_mod.subbatches(case)
+
+
+def test_rendered_modules_import_only_torch_triton_and_the_stdlib(wheel, tmp_path):
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path)
+    check_imports(tmp_path / "tik_kernel_rmsnorm")
+    (tmp_path / "tik_kernel_rmsnorm" / "kernel.py").write_text("import tik_agent.bits\n")
+    with pytest.raises(UsageError, match="kernel.py:1: imports 'tik_agent.bits'"):
+        check_imports(tmp_path / "tik_kernel_rmsnorm")
+
+
+def test_exporting_again_replaces_the_wheel(run_dir, tmp_path):
+    first = export_wheel(run_dir, tmp_path)
+    (tmp_path / "other_dist-1.0-py3-none-any.whl").write_bytes(b"not ours")
+    second = export_wheel(run_dir, tmp_path, version="2.0")
+    assert second.name.startswith("tik_kernel_rmsnorm-2.0-") and not first.exists()
+    assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["other_dist-1.0-py3-none-any.whl", second.name]
+
+
+def test_export_of_a_named_commit(run_dir, tmp_path):
+    import git
+
+    wheel = export_wheel(run_dir, tmp_path, commit="a0002", name="rmsnorm-rows2")
+    cert = wheel_certificate(wheel)
+    a0002 = git.Repo(run_dir).tags["a0002"].commit.hexsha
+    assert cert["run"]["commit"] == a0002 != git.Repo(run_dir).heads.main.commit.hexsha
+    assert cert["kernel"]["sha256"] == sha256(git_file(run_dir, "a0002", "kernel.py"))
+    assert [a["attempt_id"] for a in cert["run"]["ancestry"]] == ["a0002", "a0001", None]
+    assert b"ROWS_PER_PROGRAM = 2" in read_member(wheel, "rmsnorm_rows2/kernel.py")
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_cli_export_prints_the_wheel_path(run_dir, tmp_path, capsys):
+    assert cli(["export", str(run_dir), "--out", str(tmp_path), "--version", "3.1"]) == 0
+    out = capsys.readouterr().out
+    (wheel,) = tmp_path.glob("*.whl")
+    assert f"wheel: {wheel.resolve()}" in out.replace("\n", "")
+    cases = len(wheel_certificate(wheel)["cases"])
+    assert f"{cases}/{cases} parity cases" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--name", "-bad-"], "not a valid distribution name"),
+    (["--name", "3d"], "not a Python identifier"),
+    (["--version", "v-one"], "not a valid PEP 440 version"),
+    (["--commit", "deadbeef"], "not a commit of the lineage"),
+    (["--commit", "seed"], "is the seed itself"),
+])
+def test_cli_refuses_bad_input_with_exit_2(run_dir, tmp_path, capsys, args, message):
+    assert cli(["export", str(run_dir), "--out", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")
+    assert not list(tmp_path.glob("*.whl"))
+
+
+def test_cli_refuses_a_run_that_accepted_nothing(empty_run, tmp_path, capsys):
+    assert cli(["export", str(empty_run), "--out", str(tmp_path)]) == 2
+    assert "accepted no kernel" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_cli_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
+    assert cli(["export", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "not a tik-agent run" in capsys.readouterr().err
+
+
+def test_records_that_disagree_with_the_files_are_refused(run_dir, tmp_path, capsys):
+    """A verdict whose candidate hash is not the committed kernel's would certify another kernel."""
+    import git
+
+    run = tmp_path / run_dir.name
+    shutil.copytree(run_dir, run)
+    writer = LineageWriter(run, git.Repo(run))
+    best = writer.best_commit()
+    record = json.loads(git_file(run, "main", "evaluation.json"))
+    record["candidate_sha256"] = "0" * 64
+    folder = run / "attempts" / "a0003"
+    folder.mkdir()
+    (folder / "evaluation.json").write_text(json.dumps(record))
+    (folder / "candidate.py").write_bytes(git_file(run, "main", "kernel.py"))
+    sha = writer.commit_variant("a0003", best, folder / "candidate.py", folder / "evaluation.json",
+                                "a0003\n\nAttempt-Id: a0003\nSpeedup-Vs-Seed: 9.0")
+    writer.set_best(sha)
+    assert cli(["export", str(run), "--out", str(tmp_path / "out")]) == 2
+    assert "records disagree with its files" in capsys.readouterr().err.replace("\n", " ")

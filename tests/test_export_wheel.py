@@ -1,0 +1,245 @@
+"""The exported wheel where tik-agent is not: installed with pip, imported in a fresh process.
+
+The environment is a new venv whose only link to the project's venv is a
+``.pth`` file naming a directory of symlinks to every installed distribution
+except tik-agent (torch and triton come from there, so nothing is
+downloaded).  Each check runs in a fresh interpreter that first proves that
+``import tik_agent`` fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_export import git_file, shared_run
+from tik_agent.export import export_wheel
+
+PACKAGE = "tik_kernel_rmsnorm"
+# Run first in every fresh process: proves the isolation the test relies on.
+PRELUDE = """
+import json, os, sys
+try:
+    import tik_agent
+except ImportError:
+    pass
+else:
+    raise SystemExit("tik_agent is importable: the environment is not isolated")
+"""
+
+
+def _site_without_tik_agent(target: Path) -> Path:
+    """Symlinks to this venv's installed packages, leaving out tik-agent and its editable finder."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    target.mkdir()
+    for entry in purelib.iterdir():
+        if entry.name.startswith(("tik_agent", "__editable__")) or entry.suffix == ".pth":
+            continue
+        (target / entry.name).symlink_to(entry)
+    return target
+
+
+def make_env(base: Path, wheel: Path) -> Path:
+    """A venv holding the wheel, installed by pip offline; returns its python."""
+    env = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "_torch_and_triton.pth").write_text(f"{_site_without_tik_agent(base / 'shared-site')}\n")
+    # No --no-deps: pip must find the wheel's requirements (torch, triton) already installed.
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+                    "--disable-pip-version-check", "--quiet", str(wheel)], check=True)
+    return python
+
+
+def child_env() -> dict:
+    """This process's environment minus what would decide for the package (the interpreter) or leak paths."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET", "PYTHONHOME")}
+
+
+def run_fresh(python: Path, body: str, cwd: Path) -> dict:
+    """Run ``body`` in a fresh interpreter of ``python``; it prints one JSON line last."""
+    code = PRELUDE + textwrap.dedent(body)
+    proc = subprocess.run([str(python), "-c", code], cwd=cwd, env=child_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return shared_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def wheel(run_dir, tmp_path_factory) -> Path:
+    return export_wheel(run_dir, tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def env_python(wheel, tmp_path_factory) -> Path:
+    return make_env(tmp_path_factory.mktemp("env"), wheel)
+
+
+@pytest.fixture(scope="module")
+def installed(env_python, run_dir, tmp_path_factory) -> dict:
+    """What a fresh process sees after ``pip install``: bits, the op, torch.compile, verify()."""
+    base = tmp_path_factory.mktemp("installed")
+    python = env_python
+    best = base / "best_kernel.py"
+    best.write_bytes(git_file(run_dir, "main", "kernel.py"))
+    return run_fresh(python, f"""
+        import importlib.util
+        import {PACKAGE} as pkg
+        import torch
+        from torch.library import opcheck
+
+        facts = {{"interpret": os.environ.get("TRITON_INTERPRET"), "file": pkg.__file__,
+                  "tik_modules": sorted(m for m in sys.modules if m.startswith("tik_agent"))}}
+        spec = importlib.util.spec_from_file_location("run_best_kernel", {str(best)!r})
+        best = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(best)
+        op = torch.ops.{PACKAGE}.rms_norm
+
+        def bits(t):
+            return t.view({{4: torch.int32, 2: torch.int16}}[t.element_size()])
+
+        same = []
+        gen = torch.Generator().manual_seed(7)
+        for m, n, dtype in [(1, 100, torch.float32), (5, 257, torch.bfloat16), (9, 1000, torch.float16),
+                            (3, 4096, torch.float32)]:
+            x = torch.randn(m, n, generator=gen).to(dtype)
+            w = torch.randn(n, generator=gen).to(dtype)
+            ref = best.rms_norm(x, w, 1e-6)
+            same.append([torch.equal(bits(pkg.rms_norm(x, w)), bits(ref)), torch.equal(bits(op(x, w)), bits(ref))])
+        facts["same_bits"] = same
+        compiled = torch.compile(lambda x, w: op(x, w) * 2, backend="aot_eager", fullgraph=True)
+        x, w = torch.randn(6, 300), torch.randn(300)
+        facts["compiled_same"] = torch.equal(bits(compiled(x, w)), bits(best.rms_norm(x, w, 1e-6) * 2))
+        facts["opcheck"] = opcheck(op.default, (x, w))
+        report = pkg.verify()
+        facts["report"] = report.to_dict()
+        facts["summary"] = report.summary()
+        facts["certificate_cases"] = len(pkg.CERTIFICATE["cases"])
+        print(json.dumps(facts))
+    """, base)
+
+
+def test_the_wheel_imports_nothing_of_tik_agent(installed):
+    assert installed["tik_modules"] == []
+    assert "/venv/lib/" in installed["file"]  # imported from the installed wheel, not the source tree
+
+
+def test_without_cuda_the_package_turns_on_the_interpreter(installed):
+    assert installed["interpret"] == "1"
+
+
+def test_the_installed_kernel_gives_the_runs_best_kernels_bits(installed):
+    assert installed["same_bits"] == [[True, True]] * 4
+
+
+def test_the_custom_op_passes_torch_checks_and_compiles(installed):
+    assert set(installed["opcheck"].values()) == {"SUCCESS"}, installed["opcheck"]
+    assert installed["compiled_same"]
+
+
+def test_verify_passes_on_this_machine(installed):
+    report = installed["report"]
+    assert report["passed"], installed["summary"]
+    assert report["failures"] == []
+    assert len(report["cases"]) == installed["certificate_cases"]
+    assert all(c["passed"] and c["certified"] == "passed" for c in report["cases"])
+    assert [f["file"] for f in report["files"]] == ["kernel.py", "_seed_kernel.py"]
+    assert report["device"] == "cpu" and report["environment"]["interpreter"] is True
+    assert installed["summary"].startswith("PASSED")
+
+
+def test_a_tampered_kernel_fails_verify(wheel, tmp_path):
+    """Same wheel, kernel.py edited after install: ``python -m <package>`` (verify()) reports the hash and
+    the bits, as a report and exit code 1, not as an exception."""
+    python = make_env(tmp_path, wheel)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    kernel = site / PACKAGE / "kernel.py"
+    text = kernel.read_text()
+    # Reassociating the product changes the rounding of some elements: a real numerical change.
+    old = "y = x * rstd[:, None] * w[None, :]"
+    assert old in text
+    kernel.write_text(text.replace(old, "y = x * (rstd[:, None] * w[None, :])"))
+    env = child_env()
+    proc = subprocess.run([str(python), "-m", PACKAGE, "--json"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-4000:]  # a failed check, reported: not a crash
+    report = json.loads(proc.stdout)
+    summary = subprocess.run([str(python), "-m", PACKAGE, "--stop-at-first"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert summary.returncode == 1 and summary.stdout.startswith("FAILED"), summary.stderr[-4000:]
+    assert "kernel.py: sha256" in summary.stdout
+    assert not report["passed"]
+    assert report["failures"][0].startswith("kernel.py: sha256")
+    assert "does not match the certificate" in report["failures"][0]
+    failed = [c for c in report["cases"] if not c["passed"]]
+    assert failed and {c["failed"] for c in failed} == {"parity"}
+    assert "output vs seed: index" in failed[0]["message"]
+    assert [f["file"] for f in report["files"] if f["expected_sha256"] != f["actual_sha256"]] == ["kernel.py"]
+
+
+MATMUL_PROBE = """
+    import importlib.util
+    import torch
+
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    if {configure}:
+        load("backend", {backend!r}).configure()  # what the package does before importing triton
+    mm = load("matmul_kernel", {kernel!r})
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(33, 200, generator=gen), torch.randn(200, 80, generator=gen)
+    full = mm.matmul(a, b)
+    rows = torch.cat([mm.matmul(a[i : i + 1], b) for i in range(a.shape[0])])
+    torch.save({{"a": a, "b": b, "full": full}}, {out!r})
+    print(json.dumps({{"interpret": os.environ.get("TRITON_INTERPRET"),
+                      "invariant": torch.equal(full.view(torch.int32), rows.view(torch.int32))}}))
+"""
+
+
+def test_the_wheels_ordered_dot_is_tik_agents(env_python, wheel, tmp_path):
+    """The package carries its own copy of the interpreter's ordered dot (it cannot import tik-agent's):
+    installed by the package's start-up, it must replace numpy's dot and give tik-agent's bits."""
+    import zipfile
+
+    import torch
+
+    from tik_agent.harness import load_kernel
+    from tik_agent.seeds import BUNDLED_DIR
+
+    with zipfile.ZipFile(wheel) as zf:
+        backend = tmp_path / "_backend.py"
+        backend.write_bytes(zf.read(f"{PACKAGE}/_backend.py"))
+    kernel = BUNDLED_DIR / "matmul" / "kernel.py"
+    facts, outputs = {}, {}
+    for configure in (True, False):
+        out = tmp_path / f"out-{configure}.pt"
+        probe = MATMUL_PROBE.format(configure=configure, backend=str(backend), kernel=str(kernel), out=str(out))
+        if not configure:  # the control: the interpreter with numpy's (BLAS) dot
+            probe = "os.environ['TRITON_INTERPRET'] = '1'\n" + textwrap.dedent(probe)
+        facts[configure] = run_fresh(env_python, probe, tmp_path)
+        outputs[configure] = torch.load(out)
+    assert facts[True] == {"interpret": "1", "invariant": True}
+    assert facts[False]["interpret"] == "1"
+    saved = outputs[True]
+    assert not torch.equal(saved["full"].view(torch.int32), outputs[False]["full"].view(torch.int32))
+    ours = load_kernel(kernel, "probe").matmul(saved["a"], saved["b"])  # tik-agent's ordered dot (conftest)
+    assert torch.equal(ours.view(torch.int32), saved["full"].view(torch.int32))
