@@ -1,0 +1,229 @@
+"""The loop in process, with a scripted agent: promotion, the run on disk, budgets, workers, stops."""
+
+from __future__ import annotations
+
+import json
+import logging
+import stat
+import threading
+import time
+
+import pytest
+from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, copy_run, tiny_config, tiny_seed
+
+from tik_agent import optimize as optimize_mod
+from tik_agent import rundir
+from tik_agent.agents.base import AgentUnavailable, Usage
+from tik_agent.journal import AttemptOutcome, Journal, RunSummary, finished_records
+from tik_agent.lineage import open_run
+from tik_agent.interrupts import kill_sandboxes
+from tik_agent.optimize import Optimizer
+from tik_agent.runconfig import RunConfig
+
+CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-Vs-Parent", "Parity-Cases",
+                     "Device", "Agent", "Model", "Tokens-Input", "Tokens-Output"}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A run with its seed committed and its reference cached, no attempts yet."""
+    base = tmp_path_factory.mktemp("template")
+    seed = tiny_seed(base)
+    rundir.create(base / "run", tiny_config(seed, "run")).close()
+    return base / "run"
+
+
+@pytest.fixture
+def run(template, tmp_path):
+    return copy_run(template, tmp_path / "run")
+
+
+def optimize(path, agent, workers=None, **limits):
+    config = RunConfig.load(path).extended(limits=limits, workers=workers)
+    session = rundir.reopen(path, config)
+    try:
+        optimizer = Optimizer(session, agent)
+        return optimizer.run()
+    finally:
+        session.close()
+
+
+def outcomes(path):
+    return {r.attempt_id: r.outcome for r in finished_records(path)}
+
+
+def test_promotion_and_the_run_on_disk(run):
+    agent = ScriptedAgent([FASTER, WRONG_BITS, None, NEUTRAL[2], SAME], usage=Usage(100, 20, 0.001))
+    summary = optimize(run, agent, iterations=5)
+
+    got = outcomes(run)
+    assert got["a0001"] is AttemptOutcome.ACCEPTED
+    assert got["a0002"] is AttemptOutcome.PARITY_FAILED
+    assert got["a0003"] is AttemptOutcome.NO_CODE
+    assert got["a0004"] in (AttemptOutcome.NOT_FASTER, AttemptOutcome.UNCONFIRMED)
+    assert got["a0005"] is AttemptOutcome.DUPLICATE  # the parent itself is not evaluated again
+
+    # summary.json
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk == summary.to_dict()
+    for key in ("run_id", "seed", "agent", "model", "iterations", "accepted", "best_speedup", "tokens", "cost_usd",
+                "stop_reason", "environment"):
+        assert key in on_disk
+    assert (summary.iterations, summary.accepted, summary.stop_reason) == (5, 1, "iterations")
+    assert summary.best_speedup > 1.5 and summary.best_attempt == "a0001"
+    assert on_disk["tokens"] == {"input": 500, "output": 100} and summary.cost_usd == pytest.approx(0.005)
+    assert summary.environment["device"] == "cpu"
+
+    # the lineage: one accepted commit on main, with the contract's files and trailers
+    lin = open_run(run)
+    [kernel] = lin.accepted()
+    assert lin.best_commit() == kernel.commit and kernel.parent_commit == lin.root_commit()
+    assert CONTRACT_TRAILERS <= set(kernel.trailers)
+    assert kernel.trailers["Parity-Cases"] == "5/5" and kernel.trailers["Tokens-Input"] == "100"
+    assert kernel.speedup_vs_seed == pytest.approx(summary.best_speedup, abs=1e-3)
+    assert "ROWS_PER_PROGRAM = 4" in (run / "kernel.py").read_text()
+    evaluation = json.loads(lin.file_at(kernel.commit, "evaluation.json"))
+    assert evaluation["kind"] == "variant" and evaluation["attempt_id"] == "a0001"
+    assert evaluation["parent_commit"] == lin.root_commit() and evaluation["outcome"] == "passed"
+    confirm = json.loads((run / "attempts" / "a0001" / "confirm.json").read_text())
+    assert evaluation["speedup"] == confirm["speedup"]  # speedups come from the confirming run
+    seed_eval = json.loads(lin.file_at(lin.root_commit(), "evaluation.json"))
+    assert seed_eval["kind"] == "seed" and seed_eval["speedup"] == 1.0 and seed_eval["schema"] == 1
+    assert len(seed_eval["cases"]) == 5 and seed_eval["timing"] and seed_eval["environment"]["device"] == "cpu"
+    assert lin.trailers(lin.root_commit())["Kind"] == "seed"
+
+    # every attempt kept, immutably
+    files = {p.name: sorted(f.name for f in p.iterdir()) for p in (run / "attempts").iterdir()}
+    assert {"candidate.py", "parent.py", "diff.patch", "prompt.md", "reply.md", "report.json", "confirm.json",
+            "evaluation.json", "record.json", "rationale.txt"} == set(files["a0001"])
+    assert "confirm.json" not in files["a0002"] and "candidate.py" not in files["a0003"]
+    for path in (run / "attempts").rglob("*"):
+        assert path.is_dir() or not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    report = json.loads((run / "attempts" / "a0002" / "report.json").read_text())
+    assert report["outcome"] == "parity_failed" and report["first_mismatch"]
+
+    # journal: each attempt started once and finished once
+    events = Journal(run).events()
+    for kind in ("started", "finished"):
+        ids = [e.get("attempt_id") or e["record"]["attempt_id"] for e in events if e["event"] == kind]
+        assert sorted(ids) == ["a0001", "a0002", "a0003", "a0004", "a0005"]
+    assert events[-1]["event"] == "stopped" and events[-1]["reason"] == "iterations"
+
+    # what the agent was told
+    assert sorted(c.attempt_index for c in agent.contexts) == [0, 1, 2, 3, 4]
+    last = max(agent.contexts, key=lambda c: c.attempt_index)
+    assert all(f.outcome in ("accepted", "parity_failed", "no_code", "slower") for f in last.recent)
+    assert any(f.outcome == "accepted" for f in last.recent)
+    assert last.timing_table and last.device.startswith("CPU")
+
+
+@pytest.mark.parametrize("limits,usage,reason,attempts", [
+    ({"iterations": 2}, Usage(0, 0, 0.0), "iterations", 2),
+    ({"iterations": 10, "max_tokens": 1000}, Usage(500, 100, None), "tokens", 2),
+    ({"iterations": 10, "max_cost_usd": 0.5}, Usage(10, 10, 0.3), "cost", 2),
+    ({"iterations": 10, "patience": 2}, Usage(0, 0, 0.0), "patience", 2),
+    ({"iterations": 10}, Usage(0, 0, 0.0), "exhausted", 3),
+])
+def test_budgets_stop_with_their_reason(run, limits, usage, reason, attempts):
+    summary = optimize(run, ScriptedAgent([None], usage=usage), **limits)
+    assert summary.stop_reason == reason
+    # a budget is checked before an attempt starts; the lookahead may have one more in flight
+    assert attempts <= summary.iterations <= attempts + 1
+    assert RunSummary.load(run).stop_reason == reason
+
+
+def test_a_repeated_candidate_is_not_evaluated_twice(run):
+    summary = optimize(run, ScriptedAgent([NEUTRAL[0]]), iterations=6)
+    got = [r.outcome.value for r in finished_records(run)]
+    assert got.count("duplicate") == 3 and summary.stop_reason == "exhausted"  # nothing new from the seed
+    assert len(list((run / "attempts").glob("*/report.json"))) == 1
+
+
+def test_time_budget(run):
+    class Slow(ScriptedAgent):
+        def propose(self, context):
+            time.sleep(0.4)
+            return super().propose(context)
+
+    start = time.monotonic()
+    summary = optimize(run, Slow([None]), iterations=100, time_s=0.5)
+    assert summary.stop_reason == "time" and time.monotonic() - start < 10
+
+
+def test_two_workers_evaluate_in_parallel(run):
+    summary = optimize(run, ScriptedAgent(NEUTRAL), workers=2, iterations=4)
+    records = finished_records(run)
+    assert summary.iterations == 4 and sorted(r.attempt_id for r in records) == ["a0001", "a0002", "a0003", "a0004"]
+    spans = sorted((r.finished_at - r.eval_s, r.finished_at) for r in records)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "no two evaluations overlapped"
+
+
+def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
+    agent = ScriptedAgent([FASTER, *NEUTRAL])
+    config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=None)
+    session = rundir.reopen(run, config)
+    optimizer = Optimizer(session, agent)
+
+    def interrupt_when_evaluating():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(t.stage == "evaluating" for t in optimizer.snapshot().in_flight):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        optimizer.interrupt()
+
+    threading.Thread(target=interrupt_when_evaluating).start()
+    start = time.monotonic()
+    try:
+        summary = optimizer.run()
+    finally:
+        session.close()
+    assert summary.stop_reason == "interrupted" and time.monotonic() - start < 20
+    assert kill_sandboxes() == 0  # nothing left running
+    assert summary.iterations == 0 and RunSummary.load(run).stop_reason == "interrupted"
+    session = rundir.reopen(run, config)
+    try:
+        assert session.redo == ["a0001", "a0002"]  # the one evaluating, the one waiting for a slot
+        assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()
+        assert not (run / "attempts" / "a0002.interrupted-1" / "report.json").exists()
+    finally:
+        session.close()
+
+
+def test_an_unavailable_agent_pauses_then_stops(run, monkeypatch):
+    monkeypatch.setattr(optimize_mod, "AGENT_RETRY_S", (0.1, 0.1))
+
+    class Flaky(ScriptedAgent):
+        calls = 0
+
+        def propose(self, context):
+            Flaky.calls += 1
+            if Flaky.calls <= 2:
+                raise AgentUnavailable("rate limited", transient=True)
+            return super().propose(context)
+
+    summary = optimize(run, Flaky([None]), iterations=2)
+    assert summary.stop_reason == "iterations" and summary.iterations == 2
+    assert sorted(r.attempt_id for r in finished_records(run)) == ["a0001", "a0002"]
+
+    class Down(ScriptedAgent):
+        def propose(self, context):
+            raise AgentUnavailable("invalid x-api-key", transient=False)
+
+    summary = optimize(run, Down([None]), iterations=5)
+    assert summary.stop_reason == "agent_unavailable" and summary.iterations == 2
+
+
+def test_a_bug_stops_the_run_with_reason_error(run, caplog):
+    class Broken(ScriptedAgent):
+        def propose(self, context):
+            raise RuntimeError("boom")
+
+    logger = logging.getLogger("tik_agent")
+    logger.addHandler(caplog.handler)  # the CLI tests may have turned propagation off
+    try:
+        summary = optimize(run, Broken([None]), iterations=3)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert summary.stop_reason == "error" and summary.iterations == 0
+    assert "boom" in caplog.text
+

@@ -1,0 +1,178 @@
+"""Kill the run at several points (SIGKILL, Ctrl-C), resume it, and check nothing is lost or counted twice."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from optimize_helpers import FASTER, ScriptedAgent, cli, copy_run, popen_cli, tiny_config, tiny_seed
+
+from tik_agent import rundir
+from tik_agent.journal import CRASH_ENV, Journal, RunSummary, finished_records
+from tik_agent.lineage import open_run
+from tik_agent.optimize import Optimizer
+from tik_agent.runconfig import RunConfig
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    base = tmp_path_factory.mktemp("resume-template")
+    seed = tiny_seed(base)
+    rundir.create(base / "run", tiny_config(seed, "run")).close()
+    return base / "run"
+
+
+@pytest.fixture
+def run(template, tmp_path):
+    return copy_run(template, tmp_path / "run")
+
+
+def assert_consistent(path: Path, iterations: int) -> None:
+    """Every attempt counted once; every accepted commit journaled exactly once; main is the best."""
+    records = finished_records(path)
+    finished = [e["record"]["attempt_id"] for e in Journal(path).events() if e["event"] == "finished"]
+    assert len(finished) == len(set(finished)) == len(records) == iterations
+    assert sorted(finished) == [f"a{i:04d}" for i in range(1, iterations + 1)]
+    lin = open_run(path)
+    accepted = {k.attempt_id: k.commit for k in lin.accepted()}
+    assert accepted == {r.attempt_id: r.commit for r in records if r.outcome.value == "accepted"}
+    best = max([1.0] + [k.speedup_vs_seed for k in lin.accepted()])
+    assert lin.speedup_of(lin.best_commit()) == best
+    summary = RunSummary.load(path)
+    assert summary.iterations == iterations and summary.accepted == len(accepted)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=path, capture_output=True, text=True).stdout
+    assert status == ""
+
+
+def resume(path: Path, iterations: int, **env) -> subprocess.CompletedProcess:
+    return cli("optimize", "--resume", str(path), "--iterations", str(iterations), env=env)
+
+
+def wait_for(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def test_killed_between_commit_and_journal(run):
+    killed = resume(run, 3, **{CRASH_ENV: "before:finished:1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    tags = open_run(run).accepted()
+    assert tags and not finished_records(run)  # committed, not journaled
+    done = resume(run, 3)
+    assert done.returncode == 0, done.stderr
+    assert_consistent(run, 3)
+    restored = [r for r in finished_records(run) if r.restored]
+    assert [r.commit for r in restored] == [k.commit for k in tags]  # the commit made before the kill survives
+    assert "stopped (iterations) after 3 of 3 attempts" in " ".join(done.stdout.split())
+
+
+def test_killed_after_start_then_extended_twice(run):
+    killed = resume(run, 2, **{CRASH_ENV: "after:started:1"})
+    assert killed.returncode == -signal.SIGKILL
+    assert resume(run, 2).returncode == 0
+    assert_consistent(run, 2)
+    assert resume(run, 3).returncode == 0  # a larger --iterations extends the run
+    assert_consistent(run, 3)
+    sessions = [e for e in Journal(run).events() if e["event"] == "session"]
+    assert len(sessions) == 3
+
+
+def test_killed_during_an_evaluation(run):
+    proc = popen_cli("optimize", "--resume", str(run), "--iterations", "2")
+    wait_for(lambda: any((run / "attempts").glob("*/candidate.py")) or proc.poll() is not None)
+    time.sleep(0.5)  # inside the evaluation
+    proc.kill()
+    proc.wait(10)
+    interrupted = sorted(p.name for p in (run / "attempts").iterdir())
+    done = resume(run, 2)
+    assert done.returncode == 0, done.stderr
+    assert_consistent(run, 2)
+    set_aside = [p.name for p in (run / "attempts").glob("*.interrupted-*")]
+    if not finished_records(run)[0].restored:  # the kill landed before any attempt finished
+        assert set_aside and all(name.split(".")[0] in interrupted for name in set_aside)
+        for name in set_aside:
+            assert (run / "attempts" / name / "candidate.py").is_file()  # kept, never deleted
+
+
+def test_killed_during_creation(tmp_path):
+    seed = tiny_seed(tmp_path)
+    target = tmp_path / "new-run"
+    proc = popen_cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "2",
+                     "--run-dir", str(target))
+    wait_for(lambda: (target / "run.json").is_file() or proc.poll() is not None)
+    proc.kill()
+    proc.wait(10)
+    again = cli("optimize", str(seed), "--run-dir", str(target))
+    assert again.returncode == 2 and "--resume" in again.stderr
+    done = resume(target, 1)
+    assert done.returncode == 0, done.stderr
+    assert_consistent(target, 1)
+    assert open_run(target).trailers(open_run(target).root_commit())["Kind"] == "seed"
+
+
+def test_ctrl_c_stops_within_seconds_and_resumes(run):
+    proc = popen_cli("optimize", "--resume", str(run), "--iterations", "3")
+    wait_for(lambda: any((run / "attempts").glob("*/candidate.py")) or proc.poll() is not None)
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - start < 12
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    assert "stopped (interrupted)" in " ".join(out.split())
+    done = resume(run, 3)
+    assert done.returncode == 0, done.stderr
+    assert_consistent(run, 3)
+
+
+def test_resume_repairs_main_locks_and_journal(run):
+    """The states a kill inside a commit can leave: tag made, main not moved, journal line missing, git lock."""
+    config = RunConfig.load(run).extended(limits={"iterations": 1}, workers=None)
+    session = rundir.reopen(run, config)
+    try:
+        Optimizer(session, ScriptedAgent([FASTER])).run()
+    finally:
+        session.close()
+    lin = open_run(run)
+    [kernel] = lin.accepted()
+    subprocess.run(["git", "update-ref", "refs/heads/main", lin.root_commit()], cwd=run, check=True)
+    (run / ".git" / "index.lock").write_text("")
+    journal = run / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(line for line in lines if '"finished"' not in line) + '{"event": "stop')
+
+    session = rundir.reopen(run, config)
+    try:
+        assert session.redo == []
+        assert open_run(run).best_commit() == kernel.commit
+        assert "ROWS_PER_PROGRAM = 4" in (run / "kernel.py").read_text()
+        [record] = session.state.finished.values()
+        assert record.restored and record.commit == kernel.commit and record.speedup == kernel.speedup_vs_seed
+    finally:
+        session.close()
+    session = rundir.reopen(run, config)  # a second resume restores nothing twice
+    try:
+        assert len(session.state.finished) == 1
+        assert sum(1 for e in Journal(run).events() if e["event"] == "finished") == 1
+    finally:
+        session.close()
+
+
+def test_a_run_in_use_is_refused(run):
+    config = RunConfig.load(run)
+    session = rundir.reopen(run, config)
+    try:
+        busy = resume(run, 1)
+        assert busy.returncode == 2 and "in use" in busy.stderr
+    finally:
+        session.close()

@@ -1,0 +1,89 @@
+"""What the agent is told: the parent, its timings, and earlier attempts as feedback.
+
+Agents know nothing of the sandbox or the journal; this module turns lineage
+kernels and attempt records into the plain data of an :class:`AgentContext`.
+``recent`` holds every finished attempt from the chosen parent (so an agent
+never repeats itself from there) plus the latest few from elsewhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+from typing import Sequence
+
+from tik_agent.agents.base import AgentContext, AttemptFeedback
+from tik_agent.frontier import Member
+from tik_agent.journal import AttemptRecord
+from tik_agent.lineage import EVALUATION_FILE, KERNEL_FILE
+from tik_agent.rundir import Session
+
+RECENT_OTHERS = 12   # attempts from other parents shown to the agent
+# Outcomes the agent protocol has no name for, and the nearest one it has.
+FEEDBACK_OUTCOME = {"not_faster": "slower", "unconfirmed": "slower", "runtime_error": "compile_error",
+                    "duplicate": "no_code"}
+
+
+def source_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"{old_name}/{KERNEL_FILE}", tofile=f"{new_name}/{KERNEL_FILE}"))
+
+
+class Briefing:
+    """Builds contexts; caches kernels and feedback (both immutable once written).
+
+    ``git_lock`` serialises reads of the lineage with the loop's commits (one
+    git object reader per repository).
+    """
+
+    def __init__(self, session: Session, git_lock: threading.Lock):
+        self.s = session
+        self._git_lock = git_lock
+        self._lock = threading.Lock()
+        self._kernels: dict[str, tuple[str, list[dict]]] = {}
+        self._feedback: dict[str, AttemptFeedback] = {}
+        self._spec_text = session.spec.spec_path.read_text()
+        self._seed_source = session.spec.source.read_text()
+
+    def kernel(self, commit: str) -> tuple[str, list[dict]]:
+        """A lineage kernel's source and its timing table (seed and kernel medians per cell)."""
+        with self._git_lock:
+            if commit not in self._kernels:
+                source = self.s.lineage.file_at(commit, KERNEL_FILE)
+                evaluation = json.loads(self.s.lineage.file_at(commit, EVALUATION_FILE))
+                table = [{"name": c["name"], "shape": c["shape"], "seed_ms": c["seed"]["median_ms"],
+                          "parent_ms": c["candidate"]["median_ms"]} for c in evaluation.get("timing", [])]
+                self._kernels[commit] = (source, table)
+            return self._kernels[commit]
+
+    def context(self, parent: Member, index: int, records: Sequence[AttemptRecord]) -> AgentContext:
+        """The context of attempt ``index`` (1-based) from ``parent``, given the finished ``records``."""
+        spec, config = self.s.spec, self.s.config
+        source, table = self.kernel(parent.commit)
+        mine = [r for r in records if r.parent_commit == parent.commit]
+        others = [r for r in records if r.parent_commit != parent.commit][-RECENT_OTHERS:]
+        chosen = sorted(mine + others, key=lambda r: r.index)
+        return AgentContext(
+            spec_text=self._spec_text, entry=spec.entry, seed_name=spec.name, tunables=spec.tunables,
+            seed_source=self._seed_source, parent_id=parent.name, parent_source=source,
+            parent_speedup=parent.speedup, timing_table=table, recent=[self.feedback(r) for r in chosen],
+            device=str(self.s.environment.get("device_name", config.device)), rng_seed=config.rng_seed,
+            attempt_index=index - 1)
+
+    def feedback(self, record: AttemptRecord) -> AttemptFeedback:
+        with self._lock:
+            if record.attempt_id in self._feedback:
+                return self._feedback[record.attempt_id]
+        store = self.s.store
+        report = store.read(record.attempt_id, "report.json")
+        mismatch = json.loads(report).get("first_mismatch") if report else None
+        outcome = FEEDBACK_OUTCOME.get(record.outcome.value, record.outcome.value)
+        feedback = AttemptFeedback(
+            attempt_id=record.attempt_id, parent_id=record.parent_id, outcome=outcome, reason=record.reason,
+            rationale=record.rationale or None,
+            speedup=record.speedup if record.speedup and record.speedup > 0 else None,
+            compile_error=record.reason if outcome == "compile_error" else None, first_mismatch=mismatch,
+            source_diff=store.read(record.attempt_id, "diff.patch"))
+        with self._lock:
+            return self._feedback.setdefault(record.attempt_id, feedback)

@@ -1,0 +1,67 @@
+"""Stopping a run from outside: Ctrl-C and SIGTERM, and the sandboxes in flight.
+
+Evaluations run in worker threads, where KeyboardInterrupt never arrives, and
+the sandbox puts each worker process in its own session, where the terminal's
+SIGINT never arrives either.  So the first Ctrl-C asks the loop to stop and
+kills the sandboxes itself; a second Ctrl-C raises KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from contextlib import contextmanager
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Interruptible(Protocol):
+    def interrupt(self) -> None: ...
+
+
+def kill_sandboxes() -> int:
+    """SIGKILL the process group of every sandboxed child of this process.
+
+    A sandbox is recognised as a child that leads its own session (git
+    subprocesses share ours and are left alone).
+    """
+    me, killed = os.getpid(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid, pgrp, session = int(fields[1]), int(fields[2]), int(fields[3])
+        if ppid == me and pgrp == session == int(entry):
+            try:
+                os.killpg(pgrp, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+@contextmanager
+def stop_on_signals(optimizer: Interruptible):
+    """Ctrl-C or SIGTERM: a graceful stop; a second Ctrl-C: KeyboardInterrupt."""
+    calls = 0
+
+    def handler(signum, frame):
+        nonlocal calls
+        calls += 1
+        if calls > 1 and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning("stopping: %s received", signal.Signals(signum).name)
+        optimizer.interrupt()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

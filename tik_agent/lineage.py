@@ -1,0 +1,241 @@
+"""The run's git repository: the seed at the root, one commit per accepted kernel.
+
+Layout (a contract with ``tik-agent export``):
+
+* branch ``main`` is checked out and its HEAD is always the best kernel;
+* every commit tracks ``kernel.py`` (that commit's kernel), ``spec.toml`` (and
+  ``reference.py`` when the seed has one) and ``evaluation.json`` (the seed's
+  audit at the root, the confirming verdict of an accepted variant);
+* a variant's git parent is the kernel it was derived from, so exploring from
+  an older kernel makes a branch; every accepted commit is tagged with its
+  attempt id (the root with ``seed``), so nothing is ever unreachable;
+* messages end in git trailers (``Attempt-Id``, ``Parent-Commit``,
+  ``Speedup-Vs-Seed``, ... ; the root has ``Kind: seed``);
+* run files that are not lineage (``attempts/``, the journal, the summary,
+  ``run.json``, ``reference.pt``, reports) are listed in ``.git/info/exclude``.
+
+:func:`open_run` and :class:`Lineage` are the read API; :class:`LineageWriter`
+adds the writes the optimisation loop makes.  Commits are built with plumbing
+(a private index file, ``commit-tree``, ``update-ref``) so that no half-made
+commit is ever visible: a commit exists for the loop once its tag exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from tik_agent.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+BRANCH = "main"
+SEED_TAG = "seed"
+KERNEL_FILE = "kernel.py"
+SPEC_FILE = "spec.toml"
+REFERENCE_FILE = "reference.py"
+EVALUATION_FILE = "evaluation.json"
+EXCLUDED = ("/attempts/", "/journal.jsonl", "/summary.json", "/run.json", "/reference.pt",
+            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp")
+IDENTITY = {"GIT_AUTHOR_NAME": "tik-agent", "GIT_AUTHOR_EMAIL": "tik-agent@localhost",
+            "GIT_COMMITTER_NAME": "tik-agent", "GIT_COMMITTER_EMAIL": "tik-agent@localhost"}
+_ATTEMPT_TAG = re.compile(r"a\d{4,}")
+_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
+
+
+def format_trailers(trailers: dict[str, object]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in trailers.items())
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """The ``Key: value`` lines of a message's last paragraph."""
+    last = message.strip().split("\n\n")[-1]
+    found = {}
+    for line in last.splitlines():
+        m = _TRAILER.match(line.strip())
+        if m:
+            found[m.group(1)] = m.group(2).strip()
+    return found
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "", "none") else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class AcceptedKernel:
+    commit: str
+    parent_commit: str
+    attempt_id: str
+    speedup_vs_seed: float
+    speedup_vs_parent: float | None
+    trailers: dict[str, str] = field(default_factory=dict)
+
+
+class Lineage:
+    """Read access to a run's lineage."""
+
+    def __init__(self, path: Path, repo: git.Repo):
+        self.path = Path(path).resolve()  # git runs in the run directory: no relative paths
+        self.repo = repo
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def _tag_commit(self, name: str) -> str | None:
+        try:
+            return self.repo.tags[name].commit.hexsha
+        except (IndexError, ValueError):
+            return None
+
+    def has_root(self) -> bool:
+        return self._tag_commit(SEED_TAG) is not None
+
+    def root_commit(self) -> str:
+        commit = self._tag_commit(SEED_TAG)
+        if commit is None:
+            raise UsageError(f"{self.path}: not a tik-agent run (no seed commit)")
+        return commit
+
+    def best_commit(self) -> str:
+        return self.repo.heads[BRANCH].commit.hexsha
+
+    def accepted(self) -> list[AcceptedKernel]:
+        out = []
+        for tag in self.repo.tags:
+            if not _ATTEMPT_TAG.fullmatch(tag.name):
+                continue
+            commit = tag.commit
+            t = parse_trailers(commit.message)
+            out.append(AcceptedKernel(
+                commit=commit.hexsha, parent_commit=t.get("Parent-Commit", commit.parents[0].hexsha),
+                attempt_id=t.get("Attempt-Id", tag.name), speedup_vs_seed=_float(t.get("Speedup-Vs-Seed")) or 0.0,
+                speedup_vs_parent=_float(t.get("Speedup-Vs-Parent")), trailers=t))
+        return sorted(out, key=lambda k: k.attempt_id)
+
+    def commit_of(self, attempt: str) -> str | None:
+        return self._tag_commit(attempt) if _ATTEMPT_TAG.fullmatch(attempt) else None
+
+    def speedup_of(self, commit: str) -> float:
+        if commit == self.root_commit():
+            return 1.0
+        return _float(parse_trailers(self.repo.commit(commit).message).get("Speedup-Vs-Seed")) or 0.0
+
+    def trailers(self, commit: str) -> dict[str, str]:
+        return parse_trailers(self.repo.commit(commit).message)
+
+    def commits(self) -> set[str]:
+        return {self.root_commit()} | {k.commit for k in self.accepted()}
+
+    def resolve(self, ref: str) -> str:
+        """A commit of the lineage from a tag (``seed``, ``a0007``), ``main`` or a hex prefix."""
+        try:
+            sha = self.repo.commit(ref).hexsha
+        except (git.BadName, git.BadObject, ValueError):
+            sha = None
+        if sha is None or sha not in self.commits():
+            raise UsageError(f"{ref}: not a commit of the lineage of {self.path}")
+        return sha
+
+    def file_at(self, commit: str, path: str) -> str:
+        try:
+            blob = self.repo.commit(commit).tree / path
+        except (KeyError, git.BadName, ValueError):
+            raise UsageError(f"{path}: not in commit {commit[:12]} of {self.path}") from None
+        return blob.data_stream.read().decode()
+
+
+def open_run(path: Path | str) -> Lineage:
+    """The lineage of a run directory; UsageError if the directory is not a run."""
+    path = Path(path)
+    if not (path / "run.json").is_file() or not (path / ".git").is_dir():
+        raise UsageError(f"{path}: not a tik-agent run")
+    try:
+        lineage = Lineage(path, git.Repo(path))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{path}: not a tik-agent run") from None
+    if not lineage.has_root():
+        raise UsageError(f"{path}: not a tik-agent run (its seed commit was never made)")
+    return lineage
+
+
+class LineageWriter(Lineage):
+    """The loop's writes; callers serialise them (one writer thread at a time)."""
+
+    @classmethod
+    def init(cls, path: Path) -> "LineageWriter":
+        """Create (or reopen, after a crash during creation) the repository."""
+        path = Path(path)
+        repo = git.Repo(path) if (path / ".git").is_dir() else git.Repo.init(path, initial_branch=BRANCH)
+        with repo.config_writer() as cw:
+            cw.set_value("core", "fsync", "committed,index")
+        exclude = path / ".git" / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        exclude.write_text("# tik-agent run files that are not lineage\n" + "\n".join(EXCLUDED) + "\n")
+        return cls(path, repo)
+
+    def clear_stale_locks(self) -> None:
+        """Remove lock files a killed git left behind (call only while holding the run lock)."""
+        gitdir = self.path / ".git"
+        for lock in [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
+                     *gitdir.joinpath("refs").rglob("*.lock")]:
+            if lock.exists():
+                log.info("removing stale git lock %s", lock)
+                lock.unlink()
+        for index in gitdir.glob("tik-index-*"):
+            index.unlink()
+
+    def _git(self, *args: str, env: dict | None = None) -> str:
+        return self.repo.git.execute(["git", *args], env={**IDENTITY, **(env or {})})
+
+    def commit_root(self, files: list[str], message: str) -> str:
+        """Commit the seed's files (already in the working tree) as the root, tag it ``seed``."""
+        if not self.repo.head.is_valid():
+            self._git("add", "--", *files)
+            self._git("commit", "--quiet", "--no-verify", "-m", message)
+        sha = self.repo.head.commit.hexsha
+        if not self.has_root():
+            self._git("tag", SEED_TAG, sha)
+        return sha
+
+    def commit_variant(self, attempt: str, parent: str, kernel: Path, evaluation: Path, message: str) -> str:
+        """A commit of ``parent``'s tree with a new kernel and evaluation, tagged ``attempt``."""
+        existing = self.commit_of(attempt)
+        if existing is not None:
+            return existing
+        index = self.path / ".git" / f"tik-index-{os.getpid()}"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            self._git("read-tree", parent, env=env)
+            for name, source in ((KERNEL_FILE, kernel), (EVALUATION_FILE, evaluation)):
+                blob = self._git("hash-object", "-w", "--", str(Path(source).resolve()))
+                self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=env)
+            tree = self._git("write-tree", env=env)
+        finally:
+            index.unlink(missing_ok=True)
+        sha = self._git("commit-tree", tree, "-p", parent, "-m", message)
+        self._git("tag", attempt, sha)  # from here on the commit is part of the lineage
+        return sha
+
+    def best_by_speedup(self) -> str:
+        """The root or the accepted commit with the highest speedup (earliest on ties)."""
+        best, best_speedup = self.root_commit(), 1.0
+        for k in self.accepted():
+            if k.speedup_vs_seed > best_speedup:
+                best, best_speedup = k.commit, k.speedup_vs_seed
+        return best
+
+    def set_best(self, commit: str) -> None:
+        """Point ``main`` at ``commit`` and check it out (tracked files only)."""
+        if self.best_commit() != commit:
+            self._git("update-ref", f"refs/heads/{BRANCH}", commit)
+        self._git("reset", "--quiet", "--hard", BRANCH)

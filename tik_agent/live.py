@@ -1,0 +1,89 @@
+"""The live view of a running optimisation (rich), redrawn from snapshots.
+
+The loop knows nothing of the terminal: it offers :meth:`Optimizer.snapshot`,
+and this module draws one: progress against every budget, the best kernel and
+the frontier, the attempts in flight and a table of recent outcomes.  The CLI
+uses it only on a terminal; elsewhere the loop's log lines are the view.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from tik_agent.budget import Gauge
+from tik_agent.optimize import Optimizer, Snapshot
+from tik_agent.runconfig import format_duration
+
+OUTCOME_STYLE = {
+    "accepted": "bold green", "not_faster": "yellow", "unconfirmed": "yellow", "slower": "yellow",
+    "no_code": "dim", "duplicate": "dim", "parity_failed": "red", "integrity_failed": "red", "compile_error": "magenta",
+    "runtime_error": "magenta", "rejected_static": "magenta", "timeout": "red", "crashed": "red",
+}
+
+
+def _amount(gauge: Gauge, value: float | None) -> str:
+    if value is None:
+        return "no limit"
+    if gauge.unit == "s":
+        return format_duration(value)
+    if gauge.unit == "$":
+        return f"${value:.2f}"
+    return f"{value:,.0f}"
+
+
+def _speed(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}x"
+
+
+def render(snap: Snapshot) -> RenderableType:
+    head = Text.assemble(("tik-agent optimize ", "bold"), snap.run_id,
+                         f"  seed {snap.seed}  agent {snap.agent}" + (f" ({snap.model})" if snap.model else ""),
+                         f"  workers {snap.workers}")
+    budgets = Table.grid(padding=(0, 1))
+    for g in snap.gauges:
+        bar = ProgressBar(total=1.0, completed=g.fraction or 0.0, width=30) if g.limit else Text("", style="dim")
+        budgets.add_row(Text(g.name, style="bold"), bar, f"{_amount(g, g.used)} / {_amount(g, g.limit)}")
+    best = Text.assemble(("best ", "bold"), (f"{snap.best.speedup:.3f}x", "bold green"),
+                         f" the seed ({snap.best.name}, {snap.best.commit[:10]})   accepted {snap.accepted}   frontier: ",
+                         ", ".join(f"{m.name} {m.speedup:.2f}x" for m in snap.frontier))
+    lines: list[RenderableType] = [head, budgets, best]
+    now = time.time()
+    for t in snap.in_flight:
+        origin = f" from {t.parent.name} ({t.parent.speedup:.2f}x)" if t.parent else ""
+        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {now - t.started:.0f} s", style="cyan"))
+    if snap.paused:
+        lines.append(Text(f"  paused: {snap.paused}", style="yellow"))
+    if snap.stop_reason:
+        lines.append(Text(f"  stopping: {snap.stop_reason}", style="yellow"))
+    table = Table(title="recent attempts", title_justify="left", expand=False)
+    for col, justify in (("id", "left"), ("parent", "left"), ("outcome", "left"), ("vs parent", "right"),
+                         ("vs seed", "right"), ("eval", "right"), ("idea / reason", "left")):
+        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis")
+    for r in reversed(snap.recent):
+        note = r.rationale if r.outcome.value == "accepted" else (r.reason or r.rationale)
+        table.add_row(r.attempt_id, r.parent_id, Text(r.outcome.value, style=OUTCOME_STYLE.get(r.outcome.value, "")),
+                      _speed(r.speedup_vs_parent), _speed(r.speedup), f"{r.eval_s:.0f} s",
+                      (note or "").splitlines()[0][:70] if note else "")
+    lines.append(table)
+    return Group(*lines)
+
+
+class LiveView:
+    """``with LiveView(console, optimizer): optimizer.run()`` redraws a few times a second."""
+
+    def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0):
+        self._live = Live(console=console, refresh_per_second=refresh_per_second,
+                          get_renderable=lambda: render(optimizer.snapshot()))
+
+    def __enter__(self) -> "LiveView":
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._live.__exit__(*exc)

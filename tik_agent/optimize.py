@@ -1,0 +1,442 @@
+"""The loop: choose a parent, propose, evaluate, promote, until a budget says stop.
+
+``workers + 1`` attempt threads share ``workers`` evaluation slots.  When
+proposals are slow (an LLM's minute of thinking) the extra thread prepares the
+next proposal while the slots evaluate; when they are quick (the offline
+agent) an attempt takes its slot first, so that its parent and its feedback
+reflect every earlier result.  Evaluation runs in sandboxed processes, so the
+threads give real parallelism.
+
+Crash safety comes from the order of writes: ``started`` is journaled before
+anything else of an attempt exists; an accepted kernel is committed (and
+tagged) before its ``finished`` line; ``summary.json`` follows the journal.
+:mod:`tik_agent.rundir` reconciles the two after a kill.
+
+Ctrl-C (or SIGTERM) sets the stop flag and kills the sandboxes in flight;
+their attempts are abandoned (left unfinished, so a resume redoes them), the
+summary is written with ``stop_reason = "interrupted"`` within seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tik_agent import promotion
+from tik_agent.agents.base import Agent, AgentUnavailable
+from tik_agent.briefing import Briefing, source_diff
+from tik_agent.budget import Gauge, Spend, StopReason, gauges, stop_reason
+from tik_agent.evaluate import evaluate
+from tik_agent.frontier import Frontier, Member, attempt_rng
+from tik_agent.interrupts import kill_sandboxes
+from tik_agent.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
+from tik_agent.lineage import SEED_TAG, format_trailers
+from tik_agent.records import Verdict
+from tik_agent.runconfig import utc_now
+from tik_agent.rundir import Session
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_GRACE_S = 8.0      # how long Ctrl-C waits for threads before writing the summary
+AGENT_RETRY_S = (15, 30, 60, 120, 240, 300)
+SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made while others evaluate
+
+
+# Outcomes that say the agent had nothing new to offer from a parent (see frontier exhaustion).
+_NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+class _Abandoned(Exception):
+    """The run was interrupted while this attempt was in flight."""
+
+
+@dataclass
+class Ticket:
+    attempt_id: str
+    index: int
+    parent: Member | None   # chosen just before the proposal
+    started: float
+    stage: str = "starting"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent view of the run for the live display."""
+
+    run_id: str
+    seed: str
+    agent: str
+    model: str | None
+    workers: int
+    gauges: list[Gauge]
+    best: Member
+    accepted: int
+    outcomes: dict[str, int]
+    in_flight: list[Ticket]
+    recent: list[AttemptRecord]
+    stop_reason: str | None = None
+    paused: str | None = None
+    frontier: list[Member] = field(default_factory=list)
+
+
+class Optimizer:
+    def __init__(self, session: Session, agent: Agent):
+        self.s = session
+        self.agent = agent
+        cfg = session.config
+        self._cond = threading.Condition()
+        self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
+        self._slots = threading.Semaphore(cfg.workers)
+        self._interrupted = threading.Event()
+        self._stop: StopReason | None = None
+        self._in_flight: dict[str, Ticket] = {}
+        self._records: list[AttemptRecord] = list(session.state.finished.values())
+        self._redo = list(session.redo)
+        self._next_index = session.state.next_index
+        self._usage = [session.state.input_tokens, session.state.output_tokens, session.state.cost_usd]
+        self._agent_failures = 0
+        self._propose_s: list[float] = []
+        self._paused_until = 0.0
+        self._session_start = time.time()
+        self._briefing = Briefing(session, self._commit_lock)
+        self.frontier = Frontier(cfg.search.frontier_size, cfg.search.explore)
+        self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
+        for kernel in session.lineage.accepted():
+            self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
+        # (parent commit, candidate sha256) -> the attempt that proposed it: nothing is evaluated twice
+        self._sources: dict[tuple[str, str], str] = {}
+        self._since_improvement = 0
+        best = 1.0
+        for r in self._records:
+            source = session.store.read(r.attempt_id, "candidate.py")
+            if source is not None:
+                self._sources.setdefault((r.parent_commit, _sha(source)), r.attempt_id)
+            self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
+            improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
+            best = max(best, r.speedup or 0.0) if improved else best
+            self._since_improvement = 0 if improved else self._since_improvement + 1
+
+    # ------------------------------------------------------------------ control
+
+    def run(self) -> RunSummary:
+        cfg = self.s.config
+        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=cfg.workers,
+                              iterations=cfg.limits.iterations)
+        threads = [threading.Thread(target=self._worker, name=f"attempt-{i}", daemon=True)
+                   for i in range(cfg.workers + 1)]
+        for t in threads:
+            t.start()
+        try:
+            deadline = None
+            while any(t.is_alive() for t in threads):
+                if self._interrupted.is_set():
+                    deadline = deadline or time.monotonic() + INTERRUPT_GRACE_S
+                    if time.monotonic() > deadline:
+                        log.warning("leaving %d attempt(s) unfinished; a resume redoes them", len(self._in_flight))
+                        break
+                for t in threads:
+                    t.join(timeout=0.1)
+        except KeyboardInterrupt:
+            self.interrupt()
+            raise
+        finally:
+            summary = self._finish()
+        return summary
+
+    def interrupt(self) -> None:
+        """Stop soon: no new attempts, in-flight evaluations killed and abandoned."""
+        with self._cond:
+            self._stop = StopReason.INTERRUPTED
+            self._interrupted.set()
+            self._cond.notify_all()
+        kill_sandboxes()
+
+    def _request_stop(self, reason: StopReason) -> None:
+        with self._cond:
+            self._stop = self._stop or reason
+            self._cond.notify_all()
+
+    def _finish(self) -> RunSummary:
+        # Not while an accepted kernel is being committed: the summary must include it.
+        with self._commit_lock, self._cond:
+            summary = self._summary()
+            summary.save(self.s.path)
+            self.s.journal.append("stopped", reason=summary.stop_reason, t=time.time())
+        return summary
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _spend(self) -> Spend:
+        return Spend(attempts=len(self._records), in_flight=len(self._in_flight), elapsed_s=self.elapsed_s(),
+                     tokens=self._usage[0] + self._usage[1], cost_usd=self._usage[2] or 0.0,
+                     since_improvement=self._since_improvement)
+
+    def elapsed_s(self) -> float:
+        return self.s.state.elapsed_s + (time.time() - self._session_start)
+
+    def _take(self) -> Ticket | None:
+        with self._cond:
+            while True:
+                if self._stop is not None:
+                    return None
+                if time.time() < self._paused_until:
+                    self._cond.wait(min(1.0, self._paused_until - time.time()))
+                    continue
+                reason = stop_reason(self.s.config.limits, self._spend())
+                if reason is None:
+                    index = self.s.state.indices[self._redo[0]] if self._redo else self._next_index
+                    if self.frontier.choose(attempt_rng(self.s.config.rng_seed, index)) is None:
+                        reason = StopReason.EXHAUSTED
+                if reason is not None:
+                    if not self._in_flight:  # nothing running could change the answer
+                        self._stop = reason
+                        self._cond.notify_all()
+                        return None
+                    self._cond.wait(0.5)
+                    continue
+                if self._redo:
+                    aid = self._redo.pop(0)
+                else:
+                    aid, self._next_index = attempt_id(index), index + 1
+                    self.s.state.indices[aid] = index
+                ticket = Ticket(aid, index, None, time.time())
+                self._in_flight[aid] = ticket
+                self.s.journal.append("started", attempt_id=aid, index=index, t=ticket.started)
+                return ticket
+
+    def _worker(self) -> None:
+        while (ticket := self._take()) is not None:
+            try:
+                self._attempt(ticket)
+            except _Abandoned:
+                log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
+            except AgentUnavailable as exc:
+                self._agent_failed(ticket, exc)
+            except Exception:
+                log.exception("%s: unexpected error; stopping (a resume redoes this attempt)", ticket.attempt_id)
+                self._request_stop(StopReason.ERROR)
+            finally:
+                with self._cond:
+                    self._in_flight.pop(ticket.attempt_id, None)
+                    self._cond.notify_all()
+
+    def _agent_failed(self, ticket: Ticket, exc: AgentUnavailable) -> None:
+        with self._cond:
+            self._agent_failures += 1
+            n = self._agent_failures
+            if not exc.transient or n > len(AGENT_RETRY_S):
+                log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
+                self._stop = self._stop or StopReason.AGENT_UNAVAILABLE
+            else:
+                delay = AGENT_RETRY_S[n - 1]
+                log.warning("the agent is unavailable (%s); pausing %d s before retrying %s", exc, delay,
+                            ticket.attempt_id)
+                self._paused_until = time.time() + delay
+                self._redo.insert(0, ticket.attempt_id)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ one attempt
+
+    def _check(self) -> None:
+        if self._interrupted.is_set():
+            raise _Abandoned
+
+    def _attempt(self, ticket: Ticket) -> None:
+        """Parent, proposal, evaluation, promotion.  When proposals are quick (the offline
+        agent) the evaluation slot is taken first, so that the parent and the feedback are
+        chosen with every earlier result known; slow proposals (an LLM) overlap evaluations."""
+        holding = False
+        try:
+            if not self._slow_proposals():
+                ticket.stage = "waiting"
+                self._slots.acquire()
+                holding = True
+            self._check()
+            with self._cond:
+                ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
+                if ticket.parent is None:  # everything exhausted meanwhile: let _take decide
+                    self._redo.insert(0, ticket.attempt_id)
+                    return
+            ticket.stage = "proposing"
+            record, candidate, parent_file = self._propose(ticket)
+            if candidate is None:
+                return self._complete(ticket, record)
+            if not holding:
+                ticket.stage = "waiting"
+                self._slots.acquire()
+                holding = True
+            verdict = self._evaluate(ticket, record, candidate, parent_file)
+            if record.outcome is AttemptOutcome.ACCEPTED:
+                self._promote(ticket, record, verdict, candidate)
+            else:
+                self._complete(ticket, record)
+        finally:
+            # Released only once the result is known to the frontier and the journal,
+            # so that the next attempt to take this slot sees it.
+            if holding:
+                self._slots.release()
+
+    def _slow_proposals(self) -> bool:
+        with self._cond:
+            recent = self._propose_s[-5:]
+        return bool(recent) and sorted(recent)[len(recent) // 2] > SLOW_PROPOSAL_S
+
+    def _propose(self, ticket: Ticket) -> tuple[AttemptRecord, Path | None, Path]:
+        """Ask the agent; keep what it said.  No candidate path: nothing to evaluate."""
+        s, aid, parent = self.s, ticket.attempt_id, ticket.parent
+        with self._cond:
+            records = list(self._records)
+        context = self._briefing.context(parent, ticket.index, records)
+        t0 = time.time()
+        proposal = self.agent.propose(context)
+        propose_s = time.time() - t0
+        self._check()
+        usage = proposal.usage
+        with self._cond:
+            self._agent_failures = 0
+            self._propose_s.append(propose_s)
+            s.journal.append("proposed", attempt_id=aid, parent_commit=parent.commit, input_tokens=usage.input_tokens,
+                             output_tokens=usage.output_tokens, cost_usd=usage.cost_usd, t=time.time())
+            self._usage[0] += usage.input_tokens
+            self._usage[1] += usage.output_tokens
+            if usage.cost_usd is not None:
+                self._usage[2] = (self._usage[2] or 0.0) + usage.cost_usd
+        s.store.write(aid, "prompt.md", proposal.prompt)
+        s.store.write(aid, "reply.md", proposal.reply)
+        s.store.write(aid, "rationale.txt", proposal.rationale)
+        parent_file = s.store.write(aid, "parent.py", context.parent_source)
+        record = AttemptRecord(
+            attempt_id=aid, index=ticket.index, parent_commit=parent.commit, parent_id=parent.name,
+            outcome=AttemptOutcome.NO_CODE, reason=proposal.error, rationale=proposal.rationale,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
+            agent=self.agent.name, model=self.agent.model, started_at=ticket.started, propose_s=propose_s)
+        if not proposal.ok:
+            return record, None, parent_file
+        candidate = s.store.write(aid, "candidate.py", proposal.source)
+        s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
+        with self._cond:
+            same = self._sources.setdefault((parent.commit, _sha(proposal.source)), aid)
+        if proposal.source.strip() == context.parent_source.strip():
+            same = "its parent"
+        if same != aid:
+            record.outcome, record.reason = AttemptOutcome.DUPLICATE, f"the same source as {same}: not evaluated again"
+            return record, None, parent_file
+        return record, candidate, parent_file
+
+    def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path) -> Verdict:
+        """The first evaluation, and the confirming one when the first is promising."""
+        s, aid, floor = self.s, ticket.attempt_id, self.s.config.search.noise_floor
+        self._check()
+        ticket.stage = "evaluating"
+        e0 = time.time()
+        verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        self._check()
+        s.store.write_json(aid, "report.json", verdict.to_dict())
+        decision = promotion.screen(verdict, floor)
+        if decision.outcome is None:
+            ticket.stage = "confirming"
+            verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+            self._check()
+            s.store.write_json(aid, "confirm.json", verdict.to_dict())
+            decision = promotion.confirm(verdict, floor)
+        record.eval_s = time.time() - e0
+        record.outcome, record.reason = decision.outcome, decision.reason
+        record.speedup, record.speedup_vs_parent, record.noise = verdict.speedup, verdict.speedup_vs_parent, verdict.noise
+        record.cases_passed, record.cases_total = verdict.cases_passed, len(verdict.cases)
+        return verdict
+
+    def _promote(self, ticket: Ticket, record: AttemptRecord, verdict: Verdict, candidate: Path) -> None:
+        """Commit (and tag) first, journal second: a kill in between is repaired on resume."""
+        s, aid, parent = self.s, ticket.attempt_id, ticket.parent
+        evaluation = s.store.write_json(aid, "evaluation.json", {
+            **verdict.to_dict(), "kind": "variant", "attempt_id": aid, "parent_commit": parent.commit})
+        ticket.stage = "committing"
+        with self._commit_lock:
+            record.commit = s.lineage.commit_variant(aid, parent.commit, candidate, evaluation,
+                                                     self._message(record, verdict))
+            with self._cond:
+                best = record.speedup > self.frontier.best().speedup
+            if best:
+                s.lineage.set_best(record.commit)
+            self._complete(ticket, record)
+
+    def _complete(self, ticket: Ticket, record: AttemptRecord) -> None:
+        record.finished_at = time.time()
+        self.s.store.write_json(record.attempt_id, "record.json", record.to_dict())
+        with self._cond:
+            self.s.journal.append("finished", record=record.to_dict(), t=record.finished_at)
+            self._records.append(record)
+            self.frontier.note(record.parent_commit, record.outcome in _NOTHING_NEW)
+            improved = record.commit is not None and record.speedup > self.frontier.best().speedup
+            if record.commit is not None:
+                self.frontier.add(Member(record.commit, record.attempt_id, record.speedup))
+            self._since_improvement = 0 if improved else self._since_improvement + 1
+            self._summary().save(self.s.path)
+            self._cond.notify_all()
+        log.info("%s", describe(record))
+
+    def _message(self, record: AttemptRecord, verdict) -> str:
+        trailers = {
+            "Attempt-Id": record.attempt_id, "Parent-Commit": record.parent_commit,
+            "Speedup-Vs-Seed": f"{record.speedup:.3f}", "Speedup-Vs-Parent": f"{record.speedup_vs_parent:.3f}",
+            "Parity-Cases": f"{record.cases_passed}/{record.cases_total}",
+            "Device": verdict.environment.get("device_name", self.s.config.device),
+            "Agent": record.agent, "Model": record.model or "none",
+            "Tokens-Input": record.input_tokens, "Tokens-Output": record.output_tokens,
+        }
+        title = (f"{record.attempt_id}: {self.s.spec.name} {record.speedup:.3f}x the seed "
+                 f"({record.speedup_vs_parent:.3f}x {record.parent_id})")
+        body = (record.rationale or "(no rationale)").strip()
+        return f"{title}\n\n{body}\n\n{format_trailers(trailers)}\n"
+
+    # ------------------------------------------------------------------ views
+
+    def _summary(self) -> RunSummary:
+        cfg, best = self.s.config, self.frontier.best()
+        return RunSummary(
+            run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model,
+            iterations=len(self._records), iterations_limit=cfg.limits.iterations,
+            accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
+            best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
+            input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
+            elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
+            outcomes=self._outcomes(), environment=self.s.environment, updated=utc_now())
+
+    def _outcomes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self._records:
+            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+        return counts
+
+    def snapshot(self, recent: int = 10) -> Snapshot:
+        cfg = self.s.config
+        with self._cond:
+            paused = None
+            if time.time() < self._paused_until:
+                paused = f"agent unavailable, retrying in {self._paused_until - time.time():.0f} s"
+            return Snapshot(
+                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=cfg.workers,
+                gauges=gauges(cfg.limits, self._spend()), best=self.frontier.best(),
+                accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
+                outcomes=self._outcomes(), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
+                recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
+                paused=paused, frontier=self.frontier.top())
+
+
+def describe(record: AttemptRecord) -> str:
+    """One log line for a finished attempt."""
+    text = f"{record.attempt_id} from {record.parent_id}: {record.outcome.value}"
+    if record.outcome is AttemptOutcome.ACCEPTED:
+        text += f", {record.speedup:.3f}x the seed ({record.speedup_vs_parent:.3f}x the parent)"
+    elif record.reason:
+        text += f": {record.reason.splitlines()[0][:160]}"
+    return text

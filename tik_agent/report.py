@@ -1,0 +1,145 @@
+"""A picture of a run: speedup over time and the lineage tree (PNG), and an HTML page.
+
+matplotlib is used through :class:`matplotlib.figure.Figure` and the Agg
+canvas directly: no pyplot, no global backend switch, nothing changed at import.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from tik_agent.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records
+from tik_agent.lineage import SEED_TAG, Lineage, open_run
+
+REPORT_DIR = "report"
+COLORS = {"accepted": "#2a9d3a", "not_faster": "#d4a017", "unconfirmed": "#e07b00", "slower": "#c77d00"}
+OTHER_COLOR = "#b0b0b0"
+
+
+@dataclass(frozen=True)
+class Node:
+    commit: str
+    name: str
+    parent: str | None
+    speedup: float
+    x: float          # finishing position of the attempt (0 for the seed)
+
+
+def lineage_nodes(lineage: Lineage, records: list[AttemptRecord]) -> list[Node]:
+    position = {r.attempt_id: i + 1 for i, r in enumerate(records)}
+    nodes = [Node(lineage.root_commit(), SEED_TAG, None, 1.0, 0)]
+    for k in lineage.accepted():
+        nodes.append(Node(k.commit, k.attempt_id, k.parent_commit, k.speedup_vs_seed,
+                          position.get(k.attempt_id, int(k.attempt_id[1:]))))
+    return nodes
+
+
+def figure_png(lineage: Lineage, records: list[AttemptRecord]) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.8), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax, tree = fig.subplots(1, 2)
+
+    xs = list(range(1, len(records) + 1))
+    for outcome in sorted({r.outcome.value for r in records}):
+        pts = [(x, r.speedup) for x, r in zip(xs, records) if r.outcome.value == outcome and r.speedup]
+        if pts:
+            ax.scatter(*zip(*pts), s=36 if outcome == "accepted" else 14, label=outcome,
+                       color=COLORS.get(outcome, OTHER_COLOR), marker="*" if outcome == "accepted" else "o",
+                       zorder=3 if outcome == "accepted" else 2)
+    best, steps = 1.0, [1.0]
+    for r in records:
+        if r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0) > best:
+            best = r.speedup
+        steps.append(best)
+    ax.step([0] + xs, steps, where="post", color="#2a9d3a", linewidth=1.5, label="best so far")
+    ax.axhline(1.0, color="#666", linewidth=0.8, linestyle=":")
+    ax.set(title="speedup over the seed, attempt by attempt", xlabel="attempt (finishing order)",
+           ylabel="workload speedup vs seed")
+    ax.legend(fontsize=7, loc="best")
+
+    nodes = lineage_nodes(lineage, records)
+    by_commit = {n.commit: n for n in nodes}
+    best_commit = lineage.best_commit()
+    on_path, c = set(), best_commit
+    while c is not None:
+        on_path.add(c)
+        c = by_commit[c].parent if c in by_commit else None
+    for n in nodes:
+        if n.parent in by_commit:
+            p = by_commit[n.parent]
+            bold = n.commit in on_path
+            tree.plot([p.x, n.x], [p.speedup, n.speedup], color="#2a9d3a" if bold else "#999",
+                      linewidth=2 if bold else 1, zorder=1)
+    for n in nodes:
+        tree.scatter([n.x], [n.speedup], s=60 if n.commit == best_commit else 30, zorder=2,
+                     color="#2a9d3a" if n.commit in on_path else "#777")
+        tree.annotate(f"{n.name} {n.speedup:.2f}x", (n.x, n.speedup), textcoords="offset points",
+                      xytext=(4, 4), fontsize=7)
+    tree.set(title="lineage of accepted kernels (best path in green)", xlabel="attempt (finishing order)",
+             ylabel="speedup vs seed")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_page(run_dir: Path, lineage: Lineage, summary: RunSummary | None, records: list[AttemptRecord],
+              png: bytes) -> str:
+    facts = []
+    if summary is not None:
+        facts = [["seed", summary.seed], ["agent", f"{summary.agent} ({summary.model or 'no model'})"],
+                 ["attempts", f"{summary.iterations} of {summary.iterations_limit}"],
+                 ["accepted", summary.accepted], ["best speedup", f"{summary.best_speedup:.3f}x ({summary.best_attempt})"],
+                 ["tokens", f"{summary.input_tokens} in, {summary.output_tokens} out"],
+                 ["cost", "unknown" if summary.cost_usd is None else f"${summary.cost_usd:.4f}"],
+                 ["stop reason", summary.stop_reason or "(running or killed)"],
+                 ["device", summary.environment.get("device_name", "?")],
+                 ["versions", f"torch {summary.environment.get('torch')}, triton {summary.environment.get('triton')}"]]
+    accepted = [[k.attempt_id, lineage.trailers(k.parent_commit).get("Attempt-Id", SEED_TAG),
+                 f"{k.speedup_vs_seed:.3f}x", f"{k.speedup_vs_parent or 0:.3f}x", k.commit[:12]]
+                for k in lineage.accepted()]
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    image = base64.b64encode(png).decode()
+    title = html.escape(f"tik-agent run {lineage.run_id}")
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%}}</style></head>
+<body><h1>{title}</h1>
+{_table(["", ""], facts)}
+<img alt="speedup over time and lineage" src="data:image/png;base64,{image}">
+<h2>Accepted kernels</h2>
+{_table(["attempt", "parent", "vs seed", "vs parent", "commit"], accepted)}
+<h2>Attempts by outcome</h2>
+{_table(["outcome", "attempts"], sorted(counts.items()))}
+<p>Best kernel: <code>{html.escape(lineage.best_commit())}</code> (branch main of {html.escape(str(run_dir))}).</p>
+</body></html>
+"""
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write ``report.png`` and ``report.html`` (default: ``RUN/report/``); return their paths."""
+    run_dir = Path(run_dir)
+    lineage = open_run(run_dir)
+    records = finished_records(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    png = figure_png(lineage, records)
+    png_path, html_path = out / "report.png", out / "report.html"
+    png_path.write_bytes(png)
+    html_path.write_text(html_page(run_dir, lineage, RunSummary.load(run_dir), records, png))
+    return png_path, html_path

@@ -1,0 +1,238 @@
+"""A run directory: create or reopen it, lock it, and bring it to a consistent state.
+
+Creation order (each step safe to redo after a kill): ``run.json``, the git
+repository, the seed's files in the working tree, the cached seed outputs
+(``reference.pt``), the seed's audit (``evaluation.json``), the root commit.
+
+Reopening (``--resume``) checks the environment binding first, takes the run
+lock (a second process on the same run is refused), clears git locks a killed
+process left, finishes an interrupted creation, then reconciles the journal
+with git: an accepted commit whose attempt the journal does not call finished
+gets its record back from the commit (the commit is made before the journal
+line), and every other started-but-unfinished attempt is set aside and redone.
+Finally ``main`` is pointed at the best kernel and checked out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tik_agent import device as devices
+from tik_agent.cases import evaluation_cases
+from tik_agent.errors import UsageError
+from tik_agent.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
+from tik_agent.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
+                               atomic_write_json)
+from tik_agent.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
+                               LineageWriter, format_trailers)
+from tik_agent.runconfig import RunConfig, is_run_dir
+from tik_agent.spec import KernelSpec, load_spec
+
+log = logging.getLogger(__name__)
+
+REFERENCE_CACHE = "reference.pt"
+LOCK_FILE = "run.lock"
+SEED_SNAPSHOT = Path(".git") / "tik-seed"  # the root commit's files, for this session's evaluations
+
+
+@dataclass
+class Session:
+    """An open, locked, consistent run directory, ready for the loop."""
+
+    path: Path
+    config: RunConfig
+    lineage: LineageWriter
+    journal: Journal
+    store: AttemptStore
+    spec: KernelSpec
+    reference: Reference
+    options: EvalOptions
+    environment: dict
+    state: ResumeState
+    redo: list[str] = field(default_factory=list)
+    _lock_fd: int | None = None
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+
+def eval_options(config: RunConfig) -> EvalOptions:
+    return EvalOptions(device=config.device, timeout_s=config.eval_timeout_s, rounds=config.rounds,
+                       warmup=config.warmup)
+
+
+def check_new_run_dir(path: Path) -> None:
+    if is_run_dir(path):
+        raise UsageError(f"{path}: is an existing run; continue it with --resume {path}")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"{path}: exists and is not a tik-agent run; choose another --run-dir")
+
+
+def create(path: Path, config: RunConfig) -> Session:
+    """Start a new run in ``path`` (absent or empty) from ``config``."""
+    check_new_run_dir(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config.save(path)
+    return _open(path, config)
+
+
+def reopen(path: Path, config: RunConfig) -> Session:
+    """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended)."""
+    if not is_run_dir(path):
+        raise UsageError(f"{path}: not a tik-agent run (no run.json)")
+    config.check_binding(devices.binding(devices.environment(config.device)))
+    return _open(path, config)
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise UsageError(f"{path}: the run is in use (by pid {holder}); wait for it or stop it first") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def _open(path: Path, config: RunConfig) -> Session:
+    path = path.resolve()
+    lock = _lock(path)
+    try:
+        config.save(path)  # rewrites a resume's extended budgets under the lock
+        lineage = LineageWriter.init(path)
+        lineage.clear_stale_locks()
+        options = eval_options(config)
+        if not lineage.has_root():
+            _copy_seed(Path(config.seed_source), path)
+            reference = _reference(path, load_spec(path), options)
+            _commit_root(lineage, load_spec(path), reference, options, config)
+        spec = _snapshot_seed(lineage)
+        reference = _reference(path, spec, options)
+        environment = json.loads(lineage.file_at(lineage.root_commit(), EVALUATION_FILE))["environment"]
+        journal, store = Journal(path), AttemptStore(path)
+        journal.repair()
+        session = Session(path, config, lineage, journal, store, spec, reference, options, environment,
+                          ResumeState(), _lock_fd=lock)
+        _reconcile(session)
+        return session
+    except BaseException:
+        os.close(lock)
+        raise
+
+
+def _copy_seed(seed_dir: Path, run_dir: Path) -> None:
+    spec = load_spec(seed_dir)
+    if spec.source.name != KERNEL_FILE or (spec.reference and spec.reference.name != REFERENCE_FILE):
+        raise UsageError(f"{seed_dir}: a seed for optimize keeps its kernel in {KERNEL_FILE} "
+                         f"(and its reference in {REFERENCE_FILE})")
+    for f in (spec.spec_path, spec.source, spec.reference):
+        if f is not None:
+            shutil.copyfile(f, run_dir / f.name)
+
+
+def _tracked(spec: KernelSpec) -> list[str]:
+    return [SPEC_FILE, KERNEL_FILE] + ([REFERENCE_FILE] if spec.reference else []) + [EVALUATION_FILE]
+
+
+def _snapshot_seed(lineage: LineageWriter) -> KernelSpec:
+    """The seed as the root commit holds it, in a directory the working tree cannot change."""
+    target = lineage.path / SEED_SNAPSHOT
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    root = lineage.root_commit()
+    for name in (SPEC_FILE, KERNEL_FILE, REFERENCE_FILE):
+        try:
+            (target / name).write_text(lineage.file_at(root, name))
+        except UsageError:
+            if name != REFERENCE_FILE:
+                raise
+    return load_spec(target)
+
+
+def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions) -> Reference:
+    """The seed's outputs on every evaluation case: cached in reference.pt, recomputed if stale."""
+    path = run_dir / REFERENCE_CACHE
+    wanted = [c.id for c in evaluation_cases(spec, options.device)]
+    if path.is_file():
+        try:
+            ref = Reference.load(path)
+            if ref.seed_sha256 == sha256_file(spec.source) and [c.id for c in ref.cases] == wanted:
+                return ref
+            log.info("%s is stale; recomputing the seed's outputs", path)
+        except (OSError, RuntimeError, KeyError, EOFError) as exc:
+            log.warning("%s is unreadable (%s); recomputing the seed's outputs", path, exc)
+    log.info("computing the seed's outputs on %d parity cases (%s)", len(wanted), options.device)
+    ref = compute_reference(spec, options)
+    ref.save(path)
+    return ref
+
+
+def _commit_root(lineage: LineageWriter, spec: KernelSpec, reference: Reference, options: EvalOptions,
+                 config: RunConfig) -> None:
+    log.info("auditing the seed: parity baseline and timings")
+    audit = evaluate(spec, spec.source, options, reference=reference)
+    if not audit.timing:
+        raise UsageError(f"{spec.source}: the seed's own audit failed: {audit.reason}")
+    atomic_write_json(lineage.path / EVALUATION_FILE, {
+        "schema": 1, "kind": "seed", "environment": audit.environment, "cases": audit.cases,
+        "timing": audit.timing, "speedup": 1.0, "noise": audit.noise, "timer": audit.timer,
+        "seed_sha256": audit.seed_sha256})
+    trailers = {"Kind": "seed", "Seed": spec.name, "Parity-Cases": f"{audit.cases_passed}/{len(audit.cases)}",
+                "Device": audit.environment.get("device_name", config.device)}
+    message = (f"seed: {spec.name}\n\nThe seed kernel and its audit: parity baseline over "
+               f"{len(audit.cases)} cases, timings of {len(audit.timing)} workload cells.\n\n"
+               f"{format_trailers(trailers)}\n")
+    lineage.commit_root(_tracked(spec), message)
+
+
+def _reconcile(session: Session) -> None:
+    lineage, journal, store = session.lineage, session.journal, session.store
+    state = ResumeState.replay(journal.events())
+    for kernel in lineage.accepted():
+        if kernel.attempt_id not in state.finished:
+            record = restored_record(session, kernel.commit)
+            log.info("%s: accepted commit %s was not journaled as finished; restoring its record",
+                     record.attempt_id, kernel.commit[:12])
+            if store.read(record.attempt_id, "record.json") is None:
+                store.write_json(record.attempt_id, "record.json", record.to_dict())
+            journal.append("finished", record=record.to_dict(), t=time.time())
+    state = ResumeState.replay(journal.events())
+    for attempt in state.unfinished:
+        moved = store.set_aside(attempt)
+        if moved is not None:
+            log.info("%s was interrupted; its partial files are in %s and it will be redone", attempt, moved)
+    session.state = state
+    session.redo = list(state.unfinished)
+    lineage.set_best(lineage.best_by_speedup())
+
+
+def restored_record(session: Session, commit: str) -> AttemptRecord:
+    """An accepted attempt's record, rebuilt from its commit's trailers."""
+    lineage = session.lineage
+    t = lineage.trailers(commit)
+    attempt = t["Attempt-Id"]
+    parent = t["Parent-Commit"]
+    parent_id = SEED_TAG if parent == lineage.root_commit() else lineage.trailers(parent).get("Attempt-Id", "?")
+    passed, _, total = t.get("Parity-Cases", "0/0").partition("/")
+    evaluation = json.loads(lineage.file_at(commit, EVALUATION_FILE))
+    return AttemptRecord(
+        attempt_id=attempt, index=int(attempt[1:]), parent_commit=parent, parent_id=parent_id,
+        outcome=AttemptOutcome.ACCEPTED, reason="restored from the lineage after an interruption",
+        speedup=float(t["Speedup-Vs-Seed"]), speedup_vs_parent=float(t["Speedup-Vs-Parent"]),
+        noise=evaluation.get("noise"), commit=commit, cases_passed=int(passed), cases_total=int(total or 0),
+        rationale=session.store.read(attempt, "rationale.txt") or "",
+        input_tokens=int(t.get("Tokens-Input", 0)), output_tokens=int(t.get("Tokens-Output", 0)),
+        agent=t.get("Agent", ""), model=None if t.get("Model") in (None, "none") else t["Model"],
+        finished_at=lineage.repo.commit(commit).committed_date, restored=True)
