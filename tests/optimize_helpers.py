@@ -43,7 +43,7 @@ NUM_WARPS = [1, 2, 4, 8, 16]
 """
 
 # Edits a scripted agent can make to the rmsnorm kernel.
-FASTER = ("ROWS_PER_PROGRAM = 1\n", "ROWS_PER_PROGRAM = 4\n")        # same bits, ~3x fewer programs
+FASTER = ("ROWS_PER_PROGRAM = 1\n", "ROWS_PER_PROGRAM = 16\n")       # same bits, 16x fewer programs
 WRONG_BITS = ("sum_sq / N + eps", "sum_sq / N + 2 * eps")            # changes the numerics
 SAME = ("", "")                                                       # the parent itself
 # Launch options the interpreter ignores: new sources, never faster.
@@ -67,7 +67,7 @@ def tiny_config(seed_dir: Path, run_id: str, **limits) -> RunConfig:
     env = devices.environment("cpu")
     return RunConfig(
         run_id=run_id, seed_name="rmsnorm", seed_source=str(seed_dir), agent="offline", model=None, base_url=None,
-        rng_seed=0, device="cpu", rounds=2, warmup=1, eval_timeout_s=120.0, workers=1,
+        rng_seed=0, device="cpu", rounds=5, warmup=1, eval_timeout_s=120.0, workers=1,
         limits=Limits(**{"iterations": 4, **limits}), search=SearchSettings(explore=0.0),
         binding=devices.binding(env), created="test")
 

@@ -29,7 +29,7 @@ def finished(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(base)  # relative paths, as a person types them
     try:
-        code = cli(["optimize", "tiny-rmsnorm", "--agent", "offline", "--iterations", "3", "--rounds", "2",
+        code = cli(["optimize", "tiny-rmsnorm", "--agent", "offline", "--iterations", "3", "--rounds", "5",
                     "--run-dir", "runs/r1", "--seed", "3"])
     finally:
         os.chdir(cwd)
@@ -48,7 +48,7 @@ def test_offline_optimize_finds_a_faster_kernel_with_the_same_bits(finished):
     assert summary.accepted >= 1 and summary.best_speedup > 1.2
     assert summary.agent == "offline" and summary.model is None and summary.seed == "rmsnorm"
     config = RunConfig.load(finished)
-    assert config.rng_seed == 3 and config.rounds == 2 and config.binding["device"] == "cpu"
+    assert config.rng_seed == 3 and config.rounds == 5 and config.binding["device"] == "cpu"
     lin = open_run(finished)
     assert lin.speedup_of(lin.best_commit()) == pytest.approx(summary.best_speedup, abs=1e-3)
     assert all(k.trailers["Agent"] == "offline" and k.trailers["Model"] == "none" for k in lin.accepted())

@@ -81,7 +81,7 @@ def test_promotion_and_the_run_on_disk(run):
     assert CONTRACT_TRAILERS <= set(kernel.trailers)
     assert kernel.trailers["Parity-Cases"] == "5/5" and kernel.trailers["Tokens-Input"] == "100"
     assert kernel.speedup_vs_seed == pytest.approx(summary.best_speedup, abs=1e-3)
-    assert "ROWS_PER_PROGRAM = 4" in (run / "kernel.py").read_text()
+    assert "ROWS_PER_PROGRAM = 16" in (run / "kernel.py").read_text()
     evaluation = json.loads(lin.file_at(kernel.commit, "evaluation.json"))
     assert evaluation["kind"] == "variant" and evaluation["attempt_id"] == "a0001"
     assert evaluation["parent_commit"] == lin.root_commit() and evaluation["outcome"] == "passed"

@@ -105,7 +105,7 @@ def test_killed_during_an_evaluation(run):
 def test_killed_during_creation(tmp_path):
     seed = tiny_seed(tmp_path)
     target = tmp_path / "new-run"
-    proc = popen_cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "2",
+    proc = popen_cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "5",
                      "--run-dir", str(target))
     wait_for(lambda: (target / "run.json").is_file() or proc.poll() is not None)
     proc.kill()
@@ -155,7 +155,7 @@ def test_resume_repairs_main_locks_and_journal(run):
     try:
         assert session.redo == []
         assert open_run(run).best_commit() == kernel.commit
-        assert "ROWS_PER_PROGRAM = 4" in (run / "kernel.py").read_text()
+        assert "ROWS_PER_PROGRAM = 16" in (run / "kernel.py").read_text()
         [record] = session.state.finished.values()
         assert record.restored and record.commit == kernel.commit and record.speedup == kernel.speedup_vs_seed
     finally:

@@ -22,7 +22,8 @@ from tik_agent.runconfig import Limits, RunConfig, format_duration, is_run_dir, 
 
 RUNS_DIR = Path("runs")
 PIPE_WIDTH = 160
-_FIXED = {"agent": "--agent", "model": "--model", "rng_seed": "--seed", "device": "--device", "rounds": "--rounds"}
+_FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--seed", "device": "--device",
+          "rounds": "--rounds", "eval_timeout_s": "--eval-timeout"}
 
 
 @app.command("optimize")
@@ -50,39 +51,24 @@ def optimize(
     from tik_agent.interrupts import stop_on_signals
     from tik_agent.optimize import Optimizer
 
-    given = {"agent": agent, "model": model, "rng_seed": rng_seed, "device": device, "rounds": rounds}
+    given = {"agent": agent, "model": model, "base_url": base_url, "rng_seed": rng_seed, "device": device,
+             "rounds": rounds, "eval_timeout_s": eval_timeout}
     limits = {"iterations": iterations, "max_tokens": max_tokens, "max_cost_usd": max_cost, "patience": patience,
               "time_s": parse_duration(time_budget) if time_budget is not None else None}
     if resume is not None:
         if run_dir is not None:
             raise UsageError("--run-dir and --resume: give one (--resume names the run directory)")
-        if not is_run_dir(resume):
-            raise UsageError(f"{resume}: not a tik-agent run (no run.json)")
-        config = RunConfig.load(resume)
-        if seed is not None and seeds.seed_directory(seed) != Path(config.seed_source):
-            raise UsageError(f"{seed}: this run optimises {config.seed_name} ({config.seed_source})")
-        for key, value in given.items():
-            if value is not None and value != getattr(config, key):
-                raise UsageError(f"{_FIXED[key]}: this run uses {getattr(config, key)!r}; a resumed run keeps it")
-        config = config.extended(limits=limits, workers=workers)
+        path, config = resume, _resumed_config(resume, seed, given, limits, workers)
         the_agent, explanation = make_agent(config.agent, model=config.model, base_url=config.base_url,
                                             seed=config.rng_seed)
-        path = resume
     else:
         if seed is None:
             raise UsageError("SEED: give a seed name or directory (see `tik-agent seeds`), or --resume DIR")
         spec = seeds.resolve(seed)
-        dev = devices.resolve(device or "auto")
         path = run_dir if run_dir is not None else RUNS_DIR / new_run_id(spec.name)
         rundir.check_new_run_dir(path)
         the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0)
-        env = devices.environment(dev)
-        config = RunConfig(
-            run_id=path.name, seed_name=spec.name, seed_source=str(spec.directory.resolve()), agent=the_agent.name,
-            model=the_agent.model, base_url=base_url, rng_seed=rng_seed or 0, device=dev, rounds=rounds or 5,
-            warmup=1, eval_timeout_s=eval_timeout or 900.0, workers=workers or 1,
-            limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
-            binding=devices.binding(env), created=utc_now())
+        config = _new_config(path, spec, the_agent, given, limits, workers)
     if config.device == "cuda" and config.workers > 1:
         logging.getLogger("tik_agent").warning(
             "--workers %d on cuda: evaluations are not yet pinned to separate GPUs; using 1", config.workers)
@@ -113,6 +99,29 @@ def optimize(
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.stop_reason in ("error", "agent_unavailable"):
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _resumed_config(path: Path, seed: str | None, given: dict, limits: dict, workers: int | None) -> RunConfig:
+    """The run's own settings; budgets (and workers) given again extend them, nothing else may change."""
+    if not is_run_dir(path):
+        raise UsageError(f"{path}: not a tik-agent run (no run.json)")
+    config = RunConfig.load(path)
+    if seed is not None and seeds.seed_directory(seed) != Path(config.seed_source):
+        raise UsageError(f"{seed}: this run optimises {config.seed_name} ({config.seed_source})")
+    for key, value in given.items():
+        if value is not None and value != getattr(config, key):
+            raise UsageError(f"{_FIXED[key]}: this run uses {getattr(config, key)!r}; a resumed run keeps it")
+    return config.extended(limits=limits, workers=workers)
+
+
+def _new_config(path: Path, spec, agent, given: dict, limits: dict, workers: int | None) -> RunConfig:
+    device = devices.resolve(given["device"] or "auto")
+    return RunConfig(
+        run_id=path.name, seed_name=spec.name, seed_source=str(spec.directory.resolve()), agent=agent.name,
+        model=agent.model, base_url=given["base_url"], rng_seed=given["rng_seed"] or 0, device=device,
+        rounds=given["rounds"] or 5, warmup=1, eval_timeout_s=given["eval_timeout_s"] or 900.0,
+        workers=workers or 1, limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
+        binding=devices.binding(devices.environment(device)), created=utc_now())
 
 
 def _print_summary(path: Path, s: RunSummary) -> None:
