@@ -261,9 +261,20 @@ def test_import_of_dsl_internals_is_rejected() -> None:
 
 
 def test_dsl_internals_of_the_installed_triton_are_rejected() -> None:
-    """Walk triton.language as installed: every public name that is not DSL must fail."""
+    """Walk triton.language as installed: every public name that is not DSL must fail.
+
+    A kernel is run first: under the interpreter that injects the interpreter's
+    globals into the DSL modules, which is what a candidate in the worker sees.
+    """
     import importlib
     import types
+
+    import torch
+
+    from tik_agent.harness import load_seed_entry
+    from tik_agent.seeds import resolve
+
+    load_seed_entry(resolve("rmsnorm"))(torch.randn(2, 8), torch.randn(8))
 
     safe_types = {"JITFunction", "InterpretedFunction", "ConstexprFunction", "int", "bool", "EnumType"}
     safe_types |= {"_Feature", "TypeVar", "_SpecialGenericAlias"}

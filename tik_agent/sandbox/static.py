@@ -66,6 +66,11 @@ _DSL_INTERNALS = frozenset(
     {
         "core", "semantic", "tl", "builtins", "inspect", "ir", "knobs", "typing", "pkgutil", "os", "sys",
         "module", "modules", "module_finder", "module_from_spec", "module_name", "spec", "driver", "wraps",
+        # Under the CPU interpreter, running a kernel injects the interpreter's own
+        # globals into the DSL modules (tl.standard.interpreter_builder, numpy helpers).
+        "interpreter_builder", "np_erf_fp32", "np_erf_fp64", "np_umulhi_u64", "partial", "dataclass",
+        "annotations", "is_pkg", "np", "numpy", "time", "textwrap", "dataclasses", "triton", "ast",
+        "functools", "jit",
     }
 )  # fmt: skip
 
@@ -233,6 +238,9 @@ def _api_allowed(path: str) -> bool:
             all(n in _DSL_NAMESPACES for n in namespaces)
             and name not in _DSL_INTERNALS
             and not name.startswith("_")
+            # Inside a DSL sub-module, capitalised names are the classes it imports
+            # (typing aliases, and the interpreter's GridExecutor, InterpreterBuilder ...).
+            and not (namespaces and name[:1].isupper())
         )
     return False
 
