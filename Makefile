@@ -23,11 +23,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # A short offline optimisation of rmsnorm: no API key, no GPU; under five
-# minutes on two cores, ending with at least one faster kernel in the lineage.
+# minutes on two cores, ending with at least one faster kernel in the lineage,
+# exported as a wheel into dist/ (the last line printed is its path).
 demo: $(STAMP)
 	rm -rf runs/demo-rmsnorm
 	$(BIN)/tik-agent optimize rmsnorm --agent offline --iterations 5 --run-dir runs/demo-rmsnorm
 	$(BIN)/tik-agent lineage runs/demo-rmsnorm
+	$(BIN)/tik-agent export runs/demo-rmsnorm --out dist/
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

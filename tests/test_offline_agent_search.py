@@ -29,7 +29,7 @@ def test_offline_agent_finds_a_faster_parity_preserving_rmsnorm(tmp_path, device
         candidate = tmp_path / f"attempt{index}.py"
         candidate.write_text(proposal.source)
         verdict = evaluate(spec, candidate, options, reference=reference)
-        if verdict.passed and verdict.speedup - 1.0 > max(verdict.noise, 0.02):
+        if verdict.passed and verdict.speedup - 1.0 > max(verdict.noise, 0.05):
             assert verdict.cases_passed == len(reference.cases)
             return
         recent.append(AttemptFeedback(

@@ -129,12 +129,30 @@ def test_bad_input(finished, a_copy, tmp_path, capsys):
     fails(["optimize", "rmsnorm", "--time-budget", "soon"], "--time-budget")
     fails(["optimize", "rmsnorm", "--iterations", "0", "--run-dir", str(tmp_path / "x")], "--iterations")
     fails(["lineage", str(junk)], "not a tik-agent run")
+    fails(["optimize", "rmsnorm", "--prompts", str(tmp_path / "no-prompts"), "--run-dir", str(tmp_path / "y")],
+          "--prompts", "does not exist")
+    fails(["optimize", "rmsnorm", "--prices", str(tmp_path / "no.toml"), "--run-dir", str(tmp_path / "y")],
+          "--prices", "does not exist")
 
     run_json = json.loads((a_copy / "run.json").read_text())
     run_json["binding"]["triton"] = "2.0.0"
     (a_copy / "run.json").write_text(json.dumps(run_json))
     fails(["optimize", "--resume", str(a_copy), "--iterations", "9"], "triton='2.0.0'", "triton='3.9.0'")
     assert len(finished_records(a_copy)) == 3  # nothing ran
+
+
+def test_prompts_and_prices_are_kept_with_the_run(tmp_path, capsys):
+    """A user's prompt directory and price table are recorded in run.json and reused on resume."""
+    seed = tiny_seed(tmp_path)
+    prompts = tmp_path / "my-prompts"
+    prompts.mkdir()
+    prices = tmp_path / "prices.toml"
+    prices.write_text("")
+    run_dir = tmp_path / "run"
+    assert cli(["optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "2",
+                "--run-dir", str(run_dir), "--prompts", str(prompts), "--prices", str(prices)]) == 0
+    config = RunConfig.load(run_dir)
+    assert (config.prompts_dir, config.prices_path) == (str(prompts.resolve()), str(prices.resolve()))
 
 
 def test_runs_without_runs(tmp_path, capsys):

@@ -75,7 +75,10 @@ class SearchSettings:
 
     frontier_size: int = 4
     explore: float = 0.25        # probability of exploring a frontier member other than the best
-    noise_floor: float = 0.02    # a speedup over the parent must beat max(noise, this)
+    # A speedup over the parent must beat max(measured noise, this floor).  Five
+    # rounds of the interpreter's wall clock on a shared 2-core machine swing by
+    # several percent; a neutral change once passed a 2% floor twice in a row.
+    noise_floor: float = 0.05
 
     def __post_init__(self):
         if self.frontier_size < 1:
@@ -104,6 +107,8 @@ class RunConfig:
     search: SearchSettings = field(default_factory=SearchSettings)
     binding: Mapping[str, Any] = field(default_factory=dict)
     created: str = ""
+    prompts_dir: str | None = None   # a user's prompt templates (None: the bundled ones)
+    prices_path: str | None = None   # a user's price table (None: the bundled one)
 
     def __post_init__(self):
         if self.workers < 1:

@@ -64,8 +64,11 @@ class CellTiming:
 
     @property
     def noise(self) -> float:
-        """Relative noise of this cell: the larger relative IQR of the two."""
-        return max(self.seed.rel_spread, self.candidate.rel_spread)
+        """Relative noise of this cell: the largest relative IQR of the kernels timed."""
+        spreads = [self.seed.rel_spread, self.candidate.rel_spread]
+        if self.parent is not None:
+            spreads.append(self.parent.rel_spread)
+        return max(spreads)
 
     def regressed(self, cap: float = REGRESSION_CAP) -> bool:
         """Slower than the seed by more than the cap, and by more than the noise."""

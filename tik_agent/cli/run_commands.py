@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 from pathlib import Path
@@ -44,6 +46,8 @@ def optimize(
     device: str = typer.Option(None, help="auto (default), cpu (Triton interpreter) or cuda."),
     rounds: int = typer.Option(None, help="Timing rounds per evaluation [default: 5]."),
     eval_timeout: float = typer.Option(None, help="Seconds before an evaluation is killed [default: 900]."),
+    prompts: Path = typer.Option(None, help="A directory of prompt templates overriding the bundled ones."),
+    prices: Path = typer.Option(None, help="A TOML price table (USD per million tokens) replacing the bundled one."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent import rundir
@@ -59,16 +63,21 @@ def optimize(
         if run_dir is not None:
             raise UsageError("--run-dir and --resume: give one (--resume names the run directory)")
         path, config = resume, _resumed_config(resume, seed, given, limits, workers)
+        if prompts is not None or prices is not None:
+            config = dataclasses.replace(config, prompts_dir=_existing(prompts, "--prompts") or config.prompts_dir,
+                                         prices_path=_existing(prices, "--prices") or config.prices_path)
         the_agent, explanation = make_agent(config.agent, model=config.model, base_url=config.base_url,
-                                            seed=config.rng_seed)
+                                            seed=config.rng_seed, **_agent_files(config.prompts_dir, config.prices_path))
     else:
         if seed is None:
             raise UsageError("SEED: give a seed name or directory (see `tik-agent seeds`), or --resume DIR")
         spec = seeds.resolve(seed)
         path = run_dir if run_dir is not None else RUNS_DIR / new_run_id(spec.name)
         rundir.check_new_run_dir(path)
-        the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0)
-        config = _new_config(path, spec, the_agent, given, limits, workers)
+        files = {"prompts_dir": _existing(prompts, "--prompts"), "prices_path": _existing(prices, "--prices")}
+        the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0,
+                                            **_agent_files(**files))
+        config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
     if config.device == "cuda" and config.workers > 1:
         logging.getLogger("tik_agent").warning(
             "--workers %d on cuda: evaluations are not yet pinned to separate GPUs; using 1", config.workers)
@@ -99,6 +108,19 @@ def optimize(
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.stop_reason in ("error", "agent_unavailable"):
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _existing(path: Path | None, option: str) -> str | None:
+    if path is None:
+        return None
+    if not path.exists():
+        raise UsageError(f"{option}: {path} does not exist")
+    return str(path.resolve())
+
+
+def _agent_files(prompts_dir: str | None, prices_path: str | None) -> dict:
+    return {"prompts_dir": Path(prompts_dir) if prompts_dir else None,
+            "prices_path": Path(prices_path) if prices_path else None}
 
 
 def _resumed_config(path: Path, seed: str | None, given: dict, limits: dict, workers: int | None) -> RunConfig:
