@@ -44,6 +44,23 @@ def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, n
         assert d.outcome is AttemptOutcome.NOT_FASTER and "within the noise" in d.reason
 
 
+def test_a_gain_must_hold_in_every_interleaved_round():
+    v = verdict(vs_parent=1.10, noise=0.01)
+    v.speedup_vs_parent_low = 0.98
+    d = screen(v, floor=0.02)
+    assert d.outcome is AttemptOutcome.NOT_FASTER and "not faster in every round" in d.reason
+    v.speedup_vs_parent_low = 1.04
+    assert screen(v, floor=0.02).outcome is None
+
+
+def test_paired_round_speedups_cancel_drift():
+    from tik_agent.timing import paired_speedups
+
+    # The machine slows down 3x over the rounds; the candidate is 1.25x faster in each.
+    samples = {"a": {"candidate": [4.0, 8.0, 12.0], "parent": [5.0, 10.0, 15.0]}}
+    assert paired_speedups(samples, {"a": 1.0}, "parent") == pytest.approx([1.25, 1.25, 1.25])
+
+
 def test_screen_without_parent_timing_is_not_faster():
     v = Verdict(Outcome.PASSED, None, speedup=2.0, speedup_vs_parent=None, noise=0.0)
     assert screen(v, 0.02).outcome is AttemptOutcome.NOT_FASTER

@@ -34,7 +34,7 @@ from tik_agent.records import Outcome, Verdict
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE
 from tik_agent.spec import KernelSpec
-from tik_agent.timing import CellTiming, regressions, stats, weighted_noise, weighted_speedup
+from tik_agent.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,8 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
                       timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)
     if all(c.parent is not None for c in cells):
         verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
+        weights = {c.name: c.weight for c in cells}
+        verdict.speedup_vs_parent_low = min(paired_speedups(timing["samples"], weights, "parent"))
     slow = regressions(cells)
     if slow:
         worst = max(slow, key=lambda c: c.candidate.median_ms / c.seed.median_ms)

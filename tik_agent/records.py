@@ -31,6 +31,7 @@ class Verdict:
     reason: str | None
     speedup: float | None = None           # workload-weighted, candidate vs seed
     speedup_vs_parent: float | None = None
+    speedup_vs_parent_low: float | None = None  # the slowest round's paired speedup over the parent
     noise: float | None = None             # weighted relative spread of the timings
     timer: str | None = None
     cases: list[dict] = field(default_factory=list)
@@ -59,6 +60,7 @@ class Verdict:
             "reason": self.reason,
             "speedup": self.speedup,
             "speedup_vs_parent": self.speedup_vs_parent,
+            "speedup_vs_parent_low": self.speedup_vs_parent_low,
             "noise": self.noise,
             "timer": self.timer,
             "cases_passed": self.cases_passed,
@@ -80,7 +82,8 @@ class Verdict:
             raise ValueError(f"verdict schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
         return cls(
             outcome=Outcome(d["outcome"]), reason=d["reason"], speedup=d["speedup"],
-            speedup_vs_parent=d["speedup_vs_parent"], noise=d["noise"], timer=d["timer"],
+            speedup_vs_parent=d["speedup_vs_parent"], speedup_vs_parent_low=d.get("speedup_vs_parent_low"),
+            noise=d["noise"], timer=d["timer"],
             cases=list(d["cases"]), first_mismatch=d["first_mismatch"], timing=list(d["timing"]),
             static_violations=list(d["static_violations"]), environment=dict(d["environment"]),
             candidate_sha256=d["candidate_sha256"], seed_sha256=d["seed_sha256"],

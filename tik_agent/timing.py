@@ -108,3 +108,19 @@ def weighted_noise(cells: Sequence[CellTiming]) -> float:
 
 def regressions(cells: Sequence[CellTiming], cap: float = REGRESSION_CAP) -> list[CellTiming]:
     return [c for c in cells if c.regressed(cap)]
+
+
+def paired_speedups(samples: Mapping[str, Mapping[str, Sequence[float]]], weights: Mapping[str, float],
+                    against: str) -> list[float]:
+    """Per-round speedups of the candidate over ``against`` (weighted latency sums).
+
+    Rounds are interleaved, so both kernels of a round saw the same machine;
+    a ratio per round cancels load drift that a comparison of medians keeps.
+    """
+    rounds = min(len(samples[cell]["candidate"]) for cell in weights)
+    out = []
+    for r in range(rounds):
+        ref = sum(w * samples[cell][against][r] for cell, w in weights.items())
+        cand = sum(w * samples[cell]["candidate"][r] for cell, w in weights.items())
+        out.append(ref / cand)
+    return out
