@@ -202,7 +202,8 @@ def lineage(run: Path = typer.Argument(..., help="A run directory.")) -> None:
     def label(commit: str, name: str, speedup: float, vs_parent: float | None) -> str:
         text = f"[bold]{name}[/bold] {speedup:.3f}x the seed"
         text += f" ({vs_parent:.3f}x its parent)" if vs_parent is not None else ""
-        text += f" [dim]{commit[:10]}, {tried.get(commit, 0)} attempts from it[/dim]"
+        n = tried.get(commit, 0)
+        text += f" [dim]{commit[:10]}, {n} attempt{'' if n == 1 else 's'} from it[/dim]"
         return text + ("  [bold green]<- best (main)[/bold green]" if commit == best else "")
 
     tree = Tree(label(root, SEED_TAG, 1.0, None))
