@@ -12,16 +12,25 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-_lock = threading.Lock()
-_counts: Counter[str] = Counter()
-_installed = False
+
+class _Registry:
+    """Process-wide launch counts: one per process, like the classes it wraps."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.installed = False
+
+
+_REGISTRY = _Registry()
 
 
 def install() -> None:
     """Wrap the run methods of Triton's JIT and interpreter kernels. Idempotent."""
-    global _installed  # one process-wide hook; installing twice would double count
-    if _installed:
-        return
+    with _REGISTRY.lock:
+        if _REGISTRY.installed:
+            return
+        _REGISTRY.installed = True
     from triton.runtime import jit
 
     classes = [jit.JITFunction]
@@ -29,11 +38,10 @@ def install() -> None:
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
-    except ImportError:  # pragma: no cover - interpreter always ships with triton 3.x
+    except ImportError:  # pragma: no cover - the interpreter ships with triton 3.x
         pass
     for cls in classes:
         _wrap(cls)
-    _installed = True
 
 
 def _wrap(cls) -> None:
@@ -43,8 +51,8 @@ def _wrap(cls) -> None:
         if not kwargs.get("warmup", False):
             code = getattr(getattr(self, "fn", None), "__code__", None)
             origin = str(Path(code.co_filename).resolve()) if code is not None else "<unknown>"
-            with _lock:
-                _counts[origin] += 1
+            with _REGISTRY.lock:
+                _REGISTRY.counts[origin] += 1
         return original(self, *args, **kwargs)
 
     cls.run = run
@@ -53,13 +61,13 @@ def _wrap(cls) -> None:
 @contextmanager
 def recording():
     """Yield a Counter that, on exit, holds launches per defining file."""
-    with _lock:
-        before = Counter(_counts)
+    with _REGISTRY.lock:
+        before = Counter(_REGISTRY.counts)
     result: Counter[str] = Counter()
     try:
         yield result
     finally:
-        with _lock:
-            after = Counter(_counts)
+        with _REGISTRY.lock:
+            after = Counter(_REGISTRY.counts)
         after.subtract(before)
         result.update({k: v for k, v in after.items() if v > 0})
