@@ -166,7 +166,9 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
 
     def interrupt_when_evaluating():
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(t.stage == "evaluating" for t in optimizer.snapshot().in_flight):
+        candidate = run / "attempts" / "a0001" / "candidate.py"
+        while time.monotonic() < deadline and not (
+                candidate.is_file() and any(t.stage == "evaluating" for t in optimizer.snapshot().in_flight)):
             time.sleep(0.05)
         time.sleep(0.5)
         optimizer.interrupt()

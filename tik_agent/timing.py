@@ -56,6 +56,8 @@ class CellTiming:
     seed: Stats
     candidate: Stats
     parent: Stats | None = None
+    # seed time / candidate time in each interleaved round (paired: same machine state)
+    round_ratios: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -71,15 +73,16 @@ class CellTiming:
         return max(spreads)
 
     def regressed(self, cap: float = REGRESSION_CAP) -> bool:
-        """Slower than the seed by more than the cap, and by more than the noise."""
+        """Slower than the seed by more than the cap and the noise, and in every round."""
         slowdown = self.candidate.median_ms / self.seed.median_ms
-        return slowdown > cap and slowdown - 1.0 > self.noise
+        every_round = all(r < 1.0 for r in self.round_ratios)
+        return slowdown > cap and slowdown - 1.0 > self.noise and every_round
 
     def to_dict(self) -> dict:
         d = {
             "name": self.name, "shape": self.shape, "weight": self.weight,
             "seed": self.seed.to_dict(), "candidate": self.candidate.to_dict(),
-            "speedup": self.ratio, "noise": self.noise,
+            "speedup": self.ratio, "noise": self.noise, "round_ratios": list(self.round_ratios),
         }
         if self.parent is not None:
             d["parent"] = self.parent.to_dict()
@@ -90,7 +93,7 @@ class CellTiming:
     def from_dict(cls, d: Mapping) -> "CellTiming":
         parent = Stats.from_dict(d["parent"]) if d.get("parent") else None
         return cls(d["name"], d["shape"], float(d["weight"]), Stats.from_dict(d["seed"]),
-                   Stats.from_dict(d["candidate"]), parent)
+                   Stats.from_dict(d["candidate"]), parent, tuple(d.get("round_ratios", ())))
 
 
 def weighted_speedup(cells: Sequence[CellTiming], against: str = "seed") -> float:
