@@ -15,7 +15,10 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tik_agent import device as devices
+from tik_agent import rundir
 from tik_agent.agents.base import AgentContext, Proposal, Usage
 from tik_agent.runconfig import Limits, RunConfig, SearchSettings
 from tik_agent.seeds import BUNDLED_DIR
@@ -115,3 +118,18 @@ def popen_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     full_env.pop("TRITON_INTERPRET", None)
     return subprocess.Popen([*CLI, *args], cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A run with its seed committed and its reference cached, no attempts yet (one per test module)."""
+    base = tmp_path_factory.mktemp("template")
+    seed = tiny_seed(base)
+    rundir.create(base / "run", tiny_config(seed, "run")).close()
+    return base / "run"
+
+
+@pytest.fixture
+def run(template, tmp_path):
+    """A private copy of the template run."""
+    return copy_run(template, tmp_path / "run")

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, copy_run, tiny_config, tiny_seed
+from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, run, template  # noqa: F401 (fixtures)
 
 from tik_agent import optimize as optimize_mod
 from tik_agent import rundir
@@ -22,20 +22,6 @@ from tik_agent.runconfig import RunConfig
 
 CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-Vs-Parent", "Parity-Cases",
                      "Device", "Agent", "Model", "Tokens-Input", "Tokens-Output"}
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    """A run with its seed committed and its reference cached, no attempts yet."""
-    base = tmp_path_factory.mktemp("template")
-    seed = tiny_seed(base)
-    rundir.create(base / "run", tiny_config(seed, "run")).close()
-    return base / "run"
-
-
-@pytest.fixture
-def run(template, tmp_path):
-    return copy_run(template, tmp_path / "run")
 
 
 def optimize(path, agent, workers=None, **limits):

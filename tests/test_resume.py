@@ -9,26 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from optimize_helpers import FASTER, ScriptedAgent, cli, copy_run, popen_cli, tiny_config, tiny_seed
+from optimize_helpers import FASTER, ScriptedAgent, cli, popen_cli, run, template, tiny_seed  # noqa: F401 (fixtures)
 
 from tik_agent import rundir
 from tik_agent.journal import CRASH_ENV, Journal, RunSummary, finished_records
 from tik_agent.lineage import open_run
 from tik_agent.optimize import Optimizer
 from tik_agent.runconfig import RunConfig
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    base = tmp_path_factory.mktemp("resume-template")
-    seed = tiny_seed(base)
-    rundir.create(base / "run", tiny_config(seed, "run")).close()
-    return base / "run"
-
-
-@pytest.fixture
-def run(template, tmp_path):
-    return copy_run(template, tmp_path / "run")
 
 
 def assert_consistent(path: Path, iterations: int) -> None:
