@@ -90,15 +90,17 @@ def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, s
 
 
 def _check_case(spec: KernelSpec, case: Case, runner, reference, device: str) -> CaseResult:
-    expected_digest = digest(make_inputs(spec, case, device))
+    # The expected input digest and the reference's inputs: one CPU copy of
+    # what the runner regenerates on the device.
+    cpu_inputs = make_inputs(spec, case, "cpu")
+    expected_digest = digest(cpu_inputs)
     try:
         out = runner.run_case(case)
     except Exception as exc:  # a crash of the kernel is this case's failure
         return _crash(case, exc)
     result = judge_self(spec, case, out, spec.source, expected_digest)
     if reference is not None and case.regime in REFERENCE_REGIMES:
-        inputs = [t.cpu() for t in make_inputs(spec, case, "cpu")]
-        expected = reference(*inputs, **dict(spec.kwargs))
+        expected = reference(*cpu_inputs, **dict(spec.kwargs))
         result = judge_reference(case, out, expected, spec.tolerances[case.dtype], result)
     return result
 
