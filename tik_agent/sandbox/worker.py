@@ -60,7 +60,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     import triton  # noqa: F401
 
     from tik_agent import launches
-    from tik_agent.cases import Case, make_inputs, workload_case
+    from tik_agent.cases import Case
     from tik_agent.harness import KernelLoadError, Runner, load_entry
     from tik_agent.spec import load_spec
 
@@ -100,7 +100,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         if request.get("parent_kernel"):
             others["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
-            result["timing"], outputs["recheck"] = _time(spec, device, entry, others, timing, make_inputs, workload_case)
+            result["timing"], outputs["recheck"] = _time(spec, device, entry, others, timing)
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -113,9 +113,10 @@ def _save(outputs: dict, workdir: Path) -> None:
     torch.save(outputs, workdir / OUTPUTS_FILE)
 
 
-def _time(spec, device, candidate, others, timing, make_inputs, workload_case):
+def _time(spec, device, candidate, others, timing):
     """Interleaved rounds: each round times every kernel once per cell, in rotating order."""
     from tik_agent.backends.timers import timer_for
+    from tik_agent.cases import make_inputs, workload_case
 
     timer = timer_for(device)
     kernels = {"candidate": candidate, **others}
