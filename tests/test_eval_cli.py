@@ -57,3 +57,13 @@ def test_candidate_that_does_not_parse_exits_1(tmp_path, capsys):
 def test_bad_usage_exits_2(argv, text, capsys):
     assert cli.run(argv) == 2
     assert text in capsys.readouterr().err
+
+
+def test_no_timing_checks_parity_only(tmp_path, capsys, device):
+    from seedutil import small_rmsnorm
+
+    seed = small_rmsnorm(tmp_path)
+    code = cli.run(["eval", str(seed / "kernel.py"), "--seed", str(seed), "--no-timing", "--json", "--device", device])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"] and out["cases_passed"] == out["cases_total"] > 0
+    assert out["timing"] == [] and out["speedup"] is None and out["timer"] is None
