@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from tik_agent import pyparse
 from tik_agent.errors import SpecError
 
 BATCH_DIM = "M"
@@ -481,7 +482,7 @@ def _check_source_matches(spec: KernelSpec) -> None:
     """The entry exists with the declared parameters; tunables are constants."""
     src = spec.source
     try:
-        tree = ast.parse(src.read_text(), filename=str(src))
+        tree = pyparse.parse(src.read_text(), filename=str(src))
     except SyntaxError as exc:
         raise SpecError(f"{src}:{exc.lineno}: kernel file does not parse: {exc.msg}") from None
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}

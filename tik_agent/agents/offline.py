@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from tik_agent import pyparse
 from tik_agent.agents.base import AgentContext, AttemptFeedback, Proposal, Usage
 from tik_agent.agents.source_edits import (
     Edit,
@@ -121,7 +122,7 @@ class OfflineAgent:
         move = fresh[chosen]
 
         source = apply_edits(context.parent_source, move.edits)
-        ast.parse(source)  # an edit of literals cannot break syntax; check anyway
+        pyparse.parse(source)  # an edit of literals cannot break syntax; check anyway
         rationale = "; ".join(c.describe() for c in move.changes) + f". {move.reason}"
         log.debug("offline: attempt %d from %s: %s", context.attempt_index, context.parent_id, rationale)
         return Proposal(source, rationale, Usage(0, 0, 0.0), prompt, rationale)

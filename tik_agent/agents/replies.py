@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from tik_agent import pyparse
 
 # An opening fence (``` or ~~~, three or more), an optional info string, the
 # body, and the matching closing fence at the start of a line.  An unterminated
@@ -61,7 +62,7 @@ def parse_reply(reply: str, entry: str) -> ParsedReply:
     if not blocks:
         problem = check_candidate(reply, entry)
         if problem is None:
-            module = ast.parse(reply)
+            module = pyparse.parse(reply)
             return ParsedReply(_normalise(reply), _clean_rationale(ast.get_docstring(module) or ""))
         return ParsedReply(None, _clean_rationale(reply), f"no fenced python code block ({problem})")
 
@@ -76,7 +77,7 @@ def parse_reply(reply: str, entry: str) -> ParsedReply:
 def check_candidate(source: str, entry: str) -> str | None:
     """None when ``source`` is a complete candidate file, else what is wrong with it."""
     try:
-        module = ast.parse(source)
+        module = pyparse.parse(source)
     except SyntaxError as err:
         return f"syntax error at line {err.lineno}: {err.msg}"
     functions = [n for n in module.body if isinstance(n, ast.FunctionDef)]

@@ -16,6 +16,7 @@ import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tik_agent import pyparse
 from tik_agent.agents.replies import is_jit_decorator
 
 
@@ -52,7 +53,7 @@ class SourceIndex:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.tree = ast.parse(source)
+        self.tree = pyparse.parse(source)
         self._lines = source.splitlines(keepends=True)
         self._starts = _line_starts(source)
 

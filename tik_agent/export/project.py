@@ -20,6 +20,7 @@ import jinja2
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from tik_agent import pyparse
 from tik_agent.errors import UsageError
 from tik_agent.export import certificate as certificates
 from tik_agent.export.source import ExportSource
@@ -145,7 +146,7 @@ def check_imports(package: Path) -> None:
     """Refuse a package whose modules import anything beyond torch, triton and the standard library."""
     for path in sorted(package.glob("*.py")):
         allowed = ALLOWED_IMPORTS | ({"numpy"} if path.name == NUMPY_MODULE else set())
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = pyparse.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

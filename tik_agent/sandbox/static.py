@@ -25,6 +25,7 @@ import re
 import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from tik_agent import pyparse
 
 logger = logging.getLogger(__name__)
 
@@ -650,7 +651,7 @@ def check_source(source: str, filename: str = "candidate.py") -> list[Violation]
     Violations are sorted by line, then rule name, without duplicates.
     """
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = pyparse.parse(source, filename=filename)
     except SyntaxError as err:
         return [Violation("syntax", err.lineno or 0, f"{filename}: {err.msg}")]
     except ValueError as err:  # e.g. null bytes in the source
