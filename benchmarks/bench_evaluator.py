@@ -22,11 +22,11 @@ from tik_agent.backends import interpreter
 
 interpreter.activate()
 
-from tik_agent import launches  # noqa: E402
-from tik_agent.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
-from tik_agent.evaluate import EvalOptions, evaluate  # noqa: E402
-from tik_agent.harness import Runner, load_entry  # noqa: E402
-from tik_agent.seeds import resolve  # noqa: E402
+from tik_agent.sandbox import launches  # noqa: E402
+from tik_agent.spec.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
+from tik_agent.judge.evaluate import EvalOptions, evaluate  # noqa: E402
+from tik_agent.sandbox.harness import Runner, load_entry  # noqa: E402
+from tik_agent.spec.seeds import resolve  # noqa: E402
 
 
 def bare(spec, rounds: int, warmup: int) -> float:

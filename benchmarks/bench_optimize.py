@@ -20,13 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from tik_agent import device as devices
-from tik_agent import rundir
+from tik_agent.backends import device as devices
+from tik_agent.run import rundir
 from tik_agent.agents.offline import OfflineAgent
-from tik_agent.journal import finished_records
-from tik_agent.optimize import Optimizer
-from tik_agent.runconfig import Limits, RunConfig, utc_now
-from tik_agent.seeds import seed_directory
+from tik_agent.run.journal import finished_records
+from tik_agent.search.optimize import Optimizer
+from tik_agent.run.runconfig import Limits, RunConfig, utc_now
+from tik_agent.spec.seeds import seed_directory
 
 SMALL_WORKLOAD = """[[workload]]
 name = "gpu"

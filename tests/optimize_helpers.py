@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tik_agent import device as devices
-from tik_agent import rundir
+from tik_agent.backends import device as devices
+from tik_agent.run import rundir
 from tik_agent.agents.base import AgentContext, Proposal, Usage
-from tik_agent.runconfig import Limits, RunConfig, SearchSettings
-from tik_agent.seeds import BUNDLED_DIR
+from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings
+from tik_agent.spec.seeds import BUNDLED_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c", "from tik_agent.cli import main; main()"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tik_agent.seeds import BUNDLED_DIR
+from tik_agent.spec.seeds import BUNDLED_DIR
 
 
 def copy_seed(name: str, dest: Path) -> Path:

@@ -4,9 +4,9 @@ import pytest
 
 from seedutil import copy_seed, edit, shrink_grid
 from tik_agent import cli
-from tik_agent.parity import Check
-from tik_agent.seedcheck import check_seed
-from tik_agent.spec import load_spec
+from tik_agent.judge.parity import Check
+from tik_agent.judge.seedcheck import check_seed
+from tik_agent.spec.schema import load_spec
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])

@@ -18,8 +18,8 @@ def test_cuda_event_timer_measures_and_returns():
 
 @pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])
 def test_seed_against_itself_on_cuda(name):
-    from tik_agent.evaluate import EvalOptions, evaluate
-    from tik_agent.seeds import resolve
+    from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.spec.seeds import resolve
 
     spec = resolve(name)
     verdict = evaluate(spec, spec.source, EvalOptions(device="cuda", rounds=5, memory_bytes=None))
@@ -28,9 +28,9 @@ def test_seed_against_itself_on_cuda(name):
 
 
 def test_batch_variant_candidate_is_caught_on_cuda(tmp_path):
-    from tik_agent.evaluate import EvalOptions, evaluate
-    from tik_agent.records import Outcome
-    from tik_agent.seeds import resolve
+    from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.judge.records import Outcome
+    from tik_agent.spec.seeds import resolve
 
     spec = resolve("rmsnorm")
     cand = tmp_path / "cand.py"

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from tik_agent import cli
-from tik_agent.evaluate import EvalOptions, evaluate
-from tik_agent.seeds import resolve
+from tik_agent.judge.evaluate import EvalOptions, evaluate
+from tik_agent.spec.seeds import resolve
 
 
 def test_rmsnorm_seed_against_itself_json(capsys, device):

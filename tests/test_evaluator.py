@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from seedutil import SMALL_RMSNORM_EDITS, copy_seed, edit, small_rmsnorm
-from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
-from tik_agent.records import Outcome
-from tik_agent.spec import load_spec
+from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from tik_agent.judge.records import Outcome
+from tik_agent.spec.schema import load_spec
 
 @pytest.fixture(scope="module")
 def small_seed(tmp_path_factory):

@@ -1,8 +1,8 @@
 """tik-agent export: naming, the certificate, the wheel's contents and the CLI's refusals.
 
 The run these tests export is made the way ``tik-agent optimize`` makes one: a
-lineage (``tik_agent.lineage``) whose root is a small rmsnorm seed and whose
-accepted commits carry real verdicts from :func:`tik_agent.evaluate.evaluate`
+lineage (``tik_agent.run.lineage``) whose root is a small rmsnorm seed and whose
+accepted commits carry real verdicts from :func:`tik_agent.judge.evaluate.evaluate`
 on this machine.  The variants change ``ROWS_PER_PROGRAM`` (identical bits,
 fewer programs).
 """
@@ -21,7 +21,7 @@ from tik_agent.cli import run as cli
 from tik_agent.errors import UsageError
 from tik_agent.export import export_wheel, wheel_certificate
 from tik_agent.export.project import check_imports, distribution
-from tik_agent.lineage import LineageWriter, format_trailers
+from tik_agent.run.lineage import LineageWriter, format_trailers
 
 SEED_FILES = ("kernel.py", "spec.toml", "reference.py")
 
@@ -32,9 +32,9 @@ def make_run(base: Path, variants: tuple[str, ...] = ("4",), device: str = "cpu"
     ``main`` is left on the first variant (the best); an empty tuple gives a
     run that accepted nothing.
     """
-    from tik_agent import device as devices
-    from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
-    from tik_agent.spec import load_spec
+    from tik_agent.backends import device as devices
+    from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+    from tik_agent.spec.schema import load_spec
 
     base.mkdir(parents=True, exist_ok=True)
     seed = copy_seed("rmsnorm", base / "seeds")
@@ -201,8 +201,8 @@ def test_wheel_carries_the_winner_and_the_seed_verbatim(wheel, run_dir):
 def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wheel, run_dir):
     import git
 
-    from tik_agent.cases import evaluation_cases
-    from tik_agent.spec import load_spec
+    from tik_agent.spec.cases import evaluation_cases
+    from tik_agent.spec.schema import load_spec
 
     cert = wheel_certificate(wheel)
     evaluation = json.loads(git_file(run_dir, "main", "evaluation.json"))
@@ -235,8 +235,8 @@ def test_the_wheels_inputs_are_the_ones_tik_agent_checked(wheel, tmp_path):
     import importlib.util
 
     from tik_agent.bits import digest
-    from tik_agent.cases import Case, make_inputs, subbatches
-    from tik_agent.spec import load_spec
+    from tik_agent.spec.cases import Case, make_inputs, subbatches
+    from tik_agent.spec.schema import load_spec
 
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(tmp_path)

@@ -222,8 +222,8 @@ def test_the_wheels_ordered_dot_is_tik_agents(env_python, wheel, tmp_path):
 
     import torch
 
-    from tik_agent.harness import load_kernel
-    from tik_agent.seeds import BUNDLED_DIR
+    from tik_agent.sandbox.harness import load_kernel
+    from tik_agent.spec.seeds import BUNDLED_DIR
 
     with zipfile.ZipFile(wheel) as zf:
         backend = tmp_path / "_backend.py"

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tik_agent.errors import UsageError
-from tik_agent.lineage import (BRANCH, LineageWriter, format_trailers, open_run, parse_trailers)
+from tik_agent.run.lineage import (BRANCH, LineageWriter, format_trailers, open_run, parse_trailers)
 
 
 def git(path, *args):

@@ -5,8 +5,8 @@ import pytest
 from seedutil import small_rmsnorm
 from tik_agent.agents.base import AgentContext, AttemptFeedback
 from tik_agent.agents.offline import OfflineAgent
-from tik_agent.evaluate import EvalOptions, compute_reference, evaluate
-from tik_agent.spec import load_spec
+from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from tik_agent.spec.schema import load_spec
 
 
 @pytest.mark.parametrize("rng_seed", [0])

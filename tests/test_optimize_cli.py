@@ -10,15 +10,15 @@ import pytest
 from optimize_helpers import copy_run, tiny_seed
 from rich.console import Console
 
-from tik_agent import rundir
+from tik_agent.run import rundir
 from tik_agent.agents.offline import OfflineAgent
 from tik_agent.cli import run as cli
-from tik_agent.journal import RunSummary, finished_records
-from tik_agent.lineage import open_run
-from tik_agent.live import render
-from tik_agent.optimize import Optimizer
-from tik_agent.report import write_report
-from tik_agent.runconfig import RunConfig
+from tik_agent.run.journal import RunSummary, finished_records
+from tik_agent.run.lineage import open_run
+from tik_agent.view.live import render
+from tik_agent.search.optimize import Optimizer
+from tik_agent.view.report import write_report
+from tik_agent.run.runconfig import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ import time
 import pytest
 from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, run, template  # noqa: F401 (fixtures)
 
-from tik_agent import optimize as optimize_mod
-from tik_agent import rundir
+from tik_agent.search import optimize as optimize_mod
+from tik_agent.run import rundir
 from tik_agent.agents.base import AgentUnavailable, Usage
-from tik_agent.journal import AttemptOutcome, Journal, RunSummary, finished_records
-from tik_agent.lineage import open_run
-from tik_agent.interrupts import kill_sandboxes
-from tik_agent.optimize import Optimizer
-from tik_agent.runconfig import RunConfig
+from tik_agent.run.journal import AttemptOutcome, Journal, RunSummary, finished_records
+from tik_agent.run.lineage import open_run
+from tik_agent.search.interrupts import kill_sandboxes
+from tik_agent.search.optimize import Optimizer
+from tik_agent.run.runconfig import RunConfig
 
 CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-Vs-Parent", "Parity-Cases",
                      "Device", "Agent", "Model", "Tokens-Input", "Tokens-Output"}

@@ -7,14 +7,14 @@ import os
 
 import pytest
 
-from tik_agent.budget import Spend, StopReason, gauges, stop_reason
+from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
 from tik_agent.errors import UsageError
-from tik_agent.frontier import EXHAUSTED_AFTER, Frontier, Member, attempt_rng
-from tik_agent.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
+from tik_agent.search.frontier import EXHAUSTED_AFTER, Frontier, Member, attempt_rng
+from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
                                atomic_write_json)
-from tik_agent.promotion import confirm, screen
-from tik_agent.records import Outcome, Verdict
-from tik_agent.runconfig import Limits, RunConfig, SearchSettings, parse_duration
+from tik_agent.search.promotion import confirm, screen
+from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings, parse_duration
 
 
 def verdict(outcome=Outcome.PASSED, vs_parent=1.5, noise=0.01, reason=None):
@@ -54,7 +54,7 @@ def test_a_gain_must_hold_in_every_interleaved_round():
 
 
 def test_paired_round_speedups_cancel_drift():
-    from tik_agent.timing import paired_speedups
+    from tik_agent.judge.timing import paired_speedups
 
     # The machine slows down 3x over the rounds; the candidate is 1.25x faster in each.
     samples = {"a": {"candidate": [4.0, 8.0, 12.0], "parent": [5.0, 10.0, 15.0]}}

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from optimize_helpers import FASTER, ScriptedAgent, cli, popen_cli, run, template, tiny_seed  # noqa: F401 (fixtures)
 
-from tik_agent import rundir
-from tik_agent.journal import CRASH_ENV, Journal, RunSummary, finished_records
-from tik_agent.lineage import open_run
-from tik_agent.optimize import Optimizer
-from tik_agent.runconfig import RunConfig
+from tik_agent.run import rundir
+from tik_agent.run.journal import CRASH_ENV, Journal, RunSummary, finished_records
+from tik_agent.run.lineage import open_run
+from tik_agent.search.optimize import Optimizer
+from tik_agent.run.runconfig import RunConfig
 
 
 def assert_consistent(path: Path, iterations: int) -> None:

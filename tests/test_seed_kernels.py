@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from bitassert import assert_same_bits
-from tik_agent.harness import load_seed_entry
-from tik_agent.seeds import resolve
+from tik_agent.sandbox.harness import load_seed_entry
+from tik_agent.spec.seeds import resolve
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 1e-1), torch.float16: (3e-3, 2e-2)}

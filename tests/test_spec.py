@@ -5,7 +5,7 @@ import pytest
 from seedutil import copy_seed, edit
 from tik_agent import cli
 from tik_agent.errors import SpecError
-from tik_agent.spec import load_spec
+from tik_agent.spec.schema import load_spec
 
 
 @pytest.fixture

@@ -271,8 +271,8 @@ def test_dsl_internals_of_the_installed_triton_are_rejected() -> None:
 
     import torch
 
-    from tik_agent.harness import load_seed_entry
-    from tik_agent.seeds import resolve
+    from tik_agent.sandbox.harness import load_seed_entry
+    from tik_agent.spec.seeds import resolve
 
     load_seed_entry(resolve("rmsnorm"))(torch.randn(2, 8), torch.randn(8))
 

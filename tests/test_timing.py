@@ -2,7 +2,7 @@
 
 import pytest
 
-from tik_agent.timing import CellTiming, regressions, stats, weighted_noise, weighted_speedup
+from tik_agent.judge.timing import CellTiming, regressions, stats, weighted_noise, weighted_speedup
 
 
 def cell(name, seed_ms, cand_ms, weight=1.0, spread=0.0):

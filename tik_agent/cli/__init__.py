@@ -5,6 +5,6 @@ input, 130 interrupted.  Library errors carry their meaning in their type
 (:mod:`tik_agent.errors`); this package maps them and renders results.
 """
 
-from tik_agent.cli.core import app, main, run
+from tik_agent.cli.app import app, main, run
 
 __all__ = ["app", "main", "run"]

@@ -8,13 +8,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tik_agent import device as devices
-from tik_agent import seeds
-from tik_agent.cli.core import EXIT_OK, EXIT_REJECTED, app, console
+from tik_agent.backends import device as devices
+from tik_agent.spec import seeds
+from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, console
 from tik_agent.errors import UsageError
 
 
-@app.command("eval")
 def eval_candidate(
     candidate: Path = typer.Argument(..., help="A Python file defining the seed's entry."),
     seed: str = typer.Option(..., "--seed", help="A bundled seed name or a seed directory."),
@@ -25,7 +24,7 @@ def eval_candidate(
     no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
-    from tik_agent.evaluate import EvalOptions, evaluate
+    from tik_agent.judge.evaluate import EvalOptions, evaluate
 
     if not candidate.is_file():
         raise UsageError(f"{candidate}: no such candidate file")
@@ -63,3 +62,7 @@ def render(verdict, seed_name: str) -> None:
                           f"got {mm['actual_bits']} ({mm['ulps']} ulp)", highlight=False)
         if verdict.worker_log:
             console.print(f"worker log (tail):\n{verdict.worker_log[-1500:]}", highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_candidate)

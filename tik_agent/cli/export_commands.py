@@ -6,10 +6,9 @@ from pathlib import Path
 
 import typer
 
-from tik_agent.cli.core import EXIT_REJECTED, app, console, err_console
+from tik_agent.cli.output import EXIT_REJECTED, console, err_console
 
 
-@app.command("export")
 def export(
     run_dir: Path = typer.Argument(..., help="A run directory (made by tik-agent optimize)."),
     out: Path = typer.Option(..., "--out", help="Directory that receives the wheel."),
@@ -34,3 +33,7 @@ def export(
     console.print(f"use: import {dist['import_name']}  (torch.ops.{dist['op'].replace('::', '.')}; "
                   f"{dist['import_name']}.verify() re-checks parity here)", highlight=False, soft_wrap=True)
     console.print(f"wheel: {wheel}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

@@ -14,13 +14,13 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.tree import Tree
 
-from tik_agent import device as devices
-from tik_agent import seeds
-from tik_agent.cli.core import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, app, console
+from tik_agent.backends import device as devices
+from tik_agent.spec import seeds
+from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, console
 from tik_agent.errors import UsageError
-from tik_agent.journal import AttemptRecord, RunSummary, finished_records
-from tik_agent.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run
-from tik_agent.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
+from tik_agent.run.journal import AttemptRecord, RunSummary, finished_records
+from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run
+from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 
 RUNS_DIR = Path("runs")
 PIPE_WIDTH = 160
@@ -28,7 +28,6 @@ _FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng
           "rounds": "--rounds", "eval_timeout_s": "--eval-timeout"}
 
 
-@app.command("optimize")
 def optimize(
     seed: str = typer.Argument(None, help="A bundled seed name or a seed directory (omit with --resume)."),
     agent: str = typer.Option(None, help="auto (default), anthropic, openai or offline."),
@@ -50,10 +49,10 @@ def optimize(
     prices: Path = typer.Option(None, help="A TOML price table (USD per million tokens) replacing the bundled one."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
-    from tik_agent import rundir
+    from tik_agent.run import rundir
     from tik_agent.agents.factory import make_agent
-    from tik_agent.interrupts import stop_on_signals
-    from tik_agent.optimize import Optimizer
+    from tik_agent.search.interrupts import stop_on_signals
+    from tik_agent.search.optimize import Optimizer
 
     given = {"agent": agent, "model": model, "base_url": base_url, "rng_seed": rng_seed, "device": device,
              "rounds": rounds, "eval_timeout_s": eval_timeout}
@@ -89,9 +88,9 @@ def optimize(
         optimizer = Optimizer(session, the_agent)
         with stop_on_signals(optimizer):
             if console.is_terminal:
-                from tik_agent.live import LiveView
+                from tik_agent.view.live import LiveView
 
-                quiet = logging.getLogger("tik_agent.optimize")
+                quiet = logging.getLogger("tik_agent.search.optimize")
                 level = quiet.level
                 quiet.setLevel(logging.WARNING)  # the live table shows what these lines would say
                 try:
@@ -157,7 +156,6 @@ def _print_summary(path: Path, s: RunSummary) -> None:
     console.print(f"run directory: [bold]{path}[/bold]  (best kernel: {path / KERNEL_FILE})", highlight=False)
 
 
-@app.command("runs")
 def runs(directory: Path = typer.Argument(RUNS_DIR, help="A directory of runs, or one run.")) -> None:
     """A table of runs."""
     found = [directory] if is_run_dir(directory) else (
@@ -184,7 +182,6 @@ def runs(directory: Path = typer.Argument(RUNS_DIR, help="A directory of runs, o
     _print(table)
 
 
-@app.command("lineage")
 def lineage(run: Path = typer.Argument(..., help="A run directory.")) -> None:
     """The tree of accepted kernels with their speedups, and attempt counts by outcome."""
     lin = open_run(run)
@@ -222,7 +219,6 @@ def lineage(run: Path = typer.Argument(..., help="A run directory.")) -> None:
     console.print(table)
 
 
-@app.command("show")
 def show(run: Path = typer.Argument(..., help="A run directory."),
          ident: str = typer.Argument(..., metavar="ID", help="An attempt id (a0007), seed, main or a commit.")) -> None:
     """An attempt's or a kernel's source, evaluator report and diff against its parent."""
@@ -250,7 +246,7 @@ def show(run: Path = typer.Argument(..., help="A run directory."),
         parent = lin.repo.commit(commit).parents
         diff = None
         if parent:
-            from tik_agent.briefing import source_diff
+            from tik_agent.search.briefing import source_diff
 
             diff = source_diff(lin.file_at(parent[0].hexsha, KERNEL_FILE), source, parent[0].hexsha[:10], commit[:10])
     if source is not None:
@@ -298,12 +294,19 @@ def _print_report(report: dict) -> None:
         console.print(table)
 
 
-@app.command("report")
 def report(run: Path = typer.Argument(..., help="A run directory."),
            out: Path = typer.Option(None, help="Where to write report.png and report.html [default: RUN/report]."),
            ) -> None:
     """Write a picture of speedup over time and of the lineage (PNG, and HTML embedding it)."""
-    from tik_agent.report import write_report
+    from tik_agent.view.report import write_report
 
     png, page = write_report(run, out)
     console.print(f"wrote {png}\nwrote {page}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("optimize")(optimize)
+    app.command("runs")(runs)
+    app.command("lineage")(lineage)
+    app.command("show")(show)
+    app.command("report")(report)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from tik_agent import device as devices
-from tik_agent import seeds
-from tik_agent.cli.core import EXIT_REJECTED, app, console, err_console
+from tik_agent.backends import device as devices
+from tik_agent.spec import seeds
+from tik_agent.cli.output import EXIT_REJECTED, console, err_console
 
 
-@app.command("seeds")
 def list_seeds() -> None:
     """List the bundled seed kernels with their entry signature."""
     table = Table(title="bundled seeds", title_justify="left")
@@ -22,14 +21,13 @@ def list_seeds() -> None:
     console.print(table)
 
 
-@app.command("check-seed")
 def check_seed(
     seed: str = typer.Argument(..., help="A bundled seed name or a seed directory."),
     device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
     all_cases: bool = typer.Option(False, "--all", help="Run every case even after a failure."),
 ) -> None:
     """Validate a seed's spec, then check correctness, determinism and batch invariance."""
-    from tik_agent.seedcheck import check_seed as run_check
+    from tik_agent.judge.seedcheck import check_seed as run_check
 
     spec = seeds.resolve(seed)
     dev = devices.resolve(device)
@@ -48,3 +46,8 @@ def check_seed(
         raise typer.Exit(EXIT_REJECTED)
     console.print(f"[green]ok[/green]: {spec.name} is correct, deterministic and batch invariant on {dev} "
                   f"(bit-exact over {len(report.results)} cases)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("seeds")(list_seeds)
+    app.command("check-seed")(check_seed)

@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timezone
 
 from tik_agent import __version__
-from tik_agent.cases import evaluation_cases
+from tik_agent.spec.cases import evaluation_cases
 from tik_agent.export.source import ExportSource
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What an export takes from a run: one accepted kernel, the seed, and their records.
 
-Reads the run's lineage (:mod:`tik_agent.lineage`) and checks that its records
+Reads the run's lineage (:mod:`tik_agent.run.lineage`) and checks that its records
 agree with its files before anything is certified: the kernel and seed
 hashes in the verdict must be those of the committed files.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tik_agent.errors import UsageError
-from tik_agent.lineage import EVALUATION_FILE, KERNEL_FILE, SPEC_FILE, Lineage, open_run
-from tik_agent.spec import KernelSpec, load_spec
+from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SPEC_FILE, Lineage, open_run
+from tik_agent.spec.schema import KernelSpec, load_spec
 
 
 @dataclass(frozen=True)

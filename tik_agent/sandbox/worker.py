@@ -1,6 +1,9 @@
 """The evaluation worker: runs inside the sandbox, in its own process.
 
-``python -I -m tik_agent.sandbox.worker request.json``
+Started by :func:`worker_argv`: an isolated interpreter (``-I``: no environment,
+no user site, no current directory on the path) that imports *this* copy of
+tik_agent, wherever it lives (an installed wheel, an editable checkout, a git
+worktree), so that the worker always runs the parent's code.
 
 Modes:
 
@@ -30,6 +33,16 @@ OUTPUTS_FILE = "outputs.pt"
 TRACE_LIMIT = 4000
 
 
+def worker_argv(request: str) -> list[str]:
+    """The command line that runs this module on ``request`` in a fresh interpreter."""
+    import tik_agent
+
+    root = str(Path(tik_agent.__file__).resolve().parents[1])
+    boot = (f"import sys; sys.path.insert(0, {root!r}); "
+            "from tik_agent.sandbox.worker import main; sys.exit(main(sys.argv[1:]))")
+    return [sys.executable, "-I", "-c", boot, request]
+
+
 def _trim(text: str, limit: int = TRACE_LIMIT) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
@@ -52,17 +65,17 @@ def main(argv: list[str]) -> int:
 
 
 def _run(request: dict, workdir: Path, result: dict) -> None:
-    from tik_agent import device as devices
+    from tik_agent.backends import device as devices
 
     device = request["device"]
     devices.prepare(device)
     import torch  # noqa: F401  (imported before the guard: it loads native code)
     import triton  # noqa: F401
 
-    from tik_agent import launches
-    from tik_agent.cases import Case
-    from tik_agent.harness import KernelLoadError, Runner, load_entry
-    from tik_agent.spec import load_spec
+    from tik_agent.sandbox import launches
+    from tik_agent.spec.cases import Case
+    from tik_agent.sandbox.harness import KernelLoadError, Runner, load_entry
+    from tik_agent.spec.schema import load_spec
 
     if device == "cuda":
         # CUDA's lazy start-up writes environment variables, which the guard
@@ -116,7 +129,7 @@ def _save(outputs: dict, workdir: Path) -> None:
 def _time(spec, device, candidate, others, timing):
     """Interleaved rounds: each round times every kernel once per cell, in rotating order."""
     from tik_agent.backends.timers import timer_for
-    from tik_agent.cases import make_inputs, workload_case
+    from tik_agent.spec.cases import make_inputs, workload_case
 
     timer = timer_for(device)
     kernels = {"candidate": candidate, **others}

@@ -14,10 +14,10 @@ import threading
 from typing import Sequence
 
 from tik_agent.agents.base import AgentContext, AttemptFeedback
-from tik_agent.frontier import Member
-from tik_agent.journal import AttemptRecord
-from tik_agent.lineage import EVALUATION_FILE, KERNEL_FILE
-from tik_agent.rundir import Session
+from tik_agent.search.frontier import Member
+from tik_agent.run.journal import AttemptRecord
+from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE
+from tik_agent.run.rundir import Session
 
 RECENT_OTHERS = 12   # attempts from other parents shown to the agent
 # Outcomes the agent protocol has no name for, and the nearest one it has.

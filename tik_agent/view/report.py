@@ -12,8 +12,8 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from tik_agent.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records
-from tik_agent.lineage import SEED_TAG, Lineage, open_run
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records
+from tik_agent.run.lineage import SEED_TAG, Lineage, open_run
 
 REPORT_DIR = "report"
 COLORS = {"accepted": "#2a9d3a", "not_faster": "#d4a017", "unconfirmed": "#e07b00", "slower": "#c77d00"}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tik_agent.errors import UsageError
-from tik_agent.journal import atomic_write_json, read_json
+from tik_agent.run.journal import atomic_write_json, read_json
 
 RUN_FILE = "run.json"
 SCHEMA = 1

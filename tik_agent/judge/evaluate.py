@@ -19,22 +19,21 @@ import hashlib
 import json
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.bits import digest, first_mismatch, meta_difference
-from tik_agent.cases import Case, evaluation_cases, make_inputs
+from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
-from tik_agent.harness import CaseOutputs
-from tik_agent.parity import Check, CaseResult, judge_against, judge_self
-from tik_agent.records import Outcome, Verdict
+from tik_agent.sandbox.harness import CaseOutputs
+from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
+from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE
-from tik_agent.spec import KernelSpec
-from tik_agent.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
+from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE, worker_argv
+from tik_agent.spec.schema import KernelSpec
+from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,7 @@ class _Sandbox:
             file_bytes=4 * 1024**3,
             max_processes=4096,
         )
-        argv = [sys.executable, "-I", "-m", "tik_agent.sandbox.worker", "request.json"]
-        return run_sandboxed(argv, self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        return run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
 
     def result(self) -> dict | None:
         path = self.dir / RESULT_FILE

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tik_agent.runconfig import Limits
+from tik_agent.run.runconfig import Limits
 
 
 class StopReason(str, Enum):

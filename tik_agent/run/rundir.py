@@ -24,16 +24,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tik_agent import device as devices
-from tik_agent.cases import evaluation_cases
+from tik_agent.backends import device as devices
+from tik_agent.spec.cases import evaluation_cases
 from tik_agent.errors import UsageError
-from tik_agent.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
-from tik_agent.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
+from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
+from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
                                atomic_write_json)
-from tik_agent.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
+from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
                                LineageWriter, format_trailers)
-from tik_agent.runconfig import RunConfig, is_run_dir
-from tik_agent.spec import KernelSpec, load_spec
+from tik_agent.run.runconfig import RunConfig, is_run_dir
+from tik_agent.spec.schema import KernelSpec, load_spec
 
 log = logging.getLogger(__name__)
 

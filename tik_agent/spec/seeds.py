@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tik_agent.errors import UsageError
-from tik_agent.spec import SPEC_FILE, KernelSpec, load_spec
+from tik_agent.spec.schema import SPEC_FILE, KernelSpec, load_spec
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "seed_kernels"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "seed_kernels"
 
 
 def bundled_names() -> list[str]:

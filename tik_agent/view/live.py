@@ -16,9 +16,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from tik_agent.budget import Gauge
-from tik_agent.optimize import Optimizer, Snapshot
-from tik_agent.runconfig import format_duration
+from tik_agent.search.budget import Gauge
+from tik_agent.search.optimize import Optimizer, Snapshot
+from tik_agent.run.runconfig import format_duration
 
 OUTCOME_STYLE = {
     "accepted": "bold green", "not_faster": "yellow", "unconfirmed": "yellow", "slower": "yellow",

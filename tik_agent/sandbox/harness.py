@@ -2,7 +2,7 @@
 
 This is the part of evaluation that executes kernel code.  It runs inside a
 sandbox worker for candidates, and in-process only for a seed the user asked
-us to check.  It produces raw outputs; judging them is :mod:`tik_agent.parity`'s
+us to check.  It produces raw outputs; judging them is :mod:`tik_agent.judge.parity`'s
 job, on the trusted side.
 """
 
@@ -18,11 +18,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from tik_agent import launches
+from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.cases import Case, SubBatch, make_inputs, subbatches
+from tik_agent.spec.cases import Case, SubBatch, make_inputs, subbatches
 from tik_agent.errors import SpecError
-from tik_agent.spec import KernelSpec
+from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
 

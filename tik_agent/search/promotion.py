@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tik_agent.journal import AttemptOutcome
-from tik_agent.records import Verdict
+from tik_agent.run.journal import AttemptOutcome
+from tik_agent.judge.records import Verdict
 
 
 @dataclass(frozen=True)

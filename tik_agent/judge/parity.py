@@ -12,9 +12,9 @@ from enum import Enum
 from pathlib import Path
 
 from tik_agent.bits import Mismatch, first_mismatch, meta_difference
-from tik_agent.cases import Case
-from tik_agent.harness import CaseOutputs
-from tik_agent.spec import KernelSpec, Tolerance, resolve_shape
+from tik_agent.spec.cases import Case
+from tik_agent.sandbox.harness import CaseOutputs
+from tik_agent.spec.schema import KernelSpec, Tolerance, resolve_shape
 
 
 class Check(str, Enum):

@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Mapping
 
-from tik_agent.spec import KernelSpec, WorkloadCell
+from tik_agent.spec.schema import KernelSpec, WorkloadCell
 
 # Scale of the "large" regime per dtype: big enough to exercise the exponent
 # range, small enough that x*x summed over a row stays finite in fp32.

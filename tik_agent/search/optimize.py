@@ -10,7 +10,7 @@ threads give real parallelism.
 Crash safety comes from the order of writes: ``started`` is journaled before
 anything else of an attempt exists; an accepted kernel is committed (and
 tagged) before its ``finished`` line; ``summary.json`` follows the journal.
-:mod:`tik_agent.rundir` reconciles the two after a kill.
+:mod:`tik_agent.run.rundir` reconciles the two after a kill.
 
 Ctrl-C (or SIGTERM) sets the stop flag and kills the sandboxes in flight;
 their attempts are abandoned (left unfinished, so a resume redoes them), the
@@ -27,18 +27,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tik_agent import promotion
+from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
-from tik_agent.briefing import Briefing, source_diff
-from tik_agent.budget import Gauge, Spend, StopReason, gauges, stop_reason
-from tik_agent.evaluate import evaluate
-from tik_agent.frontier import Frontier, Member, attempt_rng
-from tik_agent.interrupts import kill_sandboxes
-from tik_agent.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
-from tik_agent.lineage import SEED_TAG, format_trailers
-from tik_agent.records import Verdict
-from tik_agent.runconfig import utc_now
-from tik_agent.rundir import Session
+from tik_agent.search.briefing import Briefing, source_diff
+from tik_agent.search.budget import Gauge, Spend, StopReason, gauges, stop_reason
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.search.frontier import Frontier, Member, attempt_rng
+from tik_agent.search.interrupts import kill_sandboxes
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
+from tik_agent.run.lineage import SEED_TAG, format_trailers
+from tik_agent.judge.records import Verdict
+from tik_agent.run.runconfig import utc_now
+from tik_agent.run.rundir import Session
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,8 @@
-"""The typer application, logging set-up and the error -> exit code mapping."""
+"""The typer application: its commands, logging set-up and the error -> exit code mapping.
+
+Command modules know nothing of the app; this module imports them and registers
+their functions, so imports flow one way (app -> commands -> output).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ import logging
 import sys
 
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
 
 from tik_agent import __version__
+from tik_agent.cli import eval_commands, export_commands, run_commands, seed_commands
+from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, console, err_console
 from tik_agent.errors import CheckFailed, UsageError
 
 app = typer.Typer(
@@ -19,10 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+for _module in (seed_commands, eval_commands, run_commands, export_commands):
+    _module.register(app)
 
 
 def _version(value: bool) -> None:
@@ -47,9 +50,6 @@ def _root(
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code (tests call this in-process)."""
-    # Commands register themselves on import.
-    from tik_agent.cli import commands  # noqa: F401
-
     try:
         app(args=argv)  # standalone: typer reports its own usage errors (exit 2)
     except SystemExit as exc:

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tik_agent import device as devices
-from tik_agent import launches
+from tik_agent.backends import device as devices
+from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.cases import Case, make_inputs, parity_cases
+from tik_agent.spec.cases import Case, make_inputs, parity_cases
 from tik_agent.errors import SpecError
-from tik_agent.parity import CaseResult, Check, judge_reference, judge_self
-from tik_agent.spec import KernelSpec
+from tik_agent.judge.parity import CaseResult, Check, judge_reference, judge_self
+from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def load_reference(spec: KernelSpec) -> Callable | None:
 
 
 def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, stop_at_first: bool = True) -> SeedReport:
-    from tik_agent.harness import Runner, load_seed_entry
+    from tik_agent.sandbox.harness import Runner, load_seed_entry
 
     devices.prepare(device)
     launches.install()

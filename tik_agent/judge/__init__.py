@@ -1,0 +1,1 @@
+"""Judging a candidate: the evaluation call, bits, invariance, integrity, timing, verdicts."""

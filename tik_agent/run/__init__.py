@@ -1,0 +1,1 @@
+"""The run directory: git lineage, journal, settings, resume."""

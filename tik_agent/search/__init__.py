@@ -1,0 +1,1 @@
+"""The optimisation loop and its rules."""

@@ -1,0 +1,1 @@
+"""The seed format, finding seeds, the parity grid and its inputs."""
