@@ -23,11 +23,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/pytest-cuda.txt"
 
 for seed in rmsnorm logprobs matmul; do
-  timeout 60 "$PY" -m tik_agent eval "seed_kernels/$seed/kernel.py" --seed "$seed" --device cuda --rounds 10 --json \
+  timeout 60 "$PY" -m tik_agent eval "tik_agent/seed_kernels/$seed/kernel.py" --seed "$seed" --device cuda --rounds 10 --json \
     > "$OUT/eval-$seed-self.json" 2> "$OUT/eval-$seed-self.err"
   echo "$seed vs itself: exit $?"
 done
-sed 's/ROWS_PER_PROGRAM = 1/ROWS_PER_PROGRAM = 4/' seed_kernels/rmsnorm/kernel.py > "$OUT/rmsnorm_rows4.py"
+sed 's/ROWS_PER_PROGRAM = 1/ROWS_PER_PROGRAM = 4/' tik_agent/seed_kernels/rmsnorm/kernel.py > "$OUT/rmsnorm_rows4.py"
 timeout 60 "$PY" -m tik_agent eval "$OUT/rmsnorm_rows4.py" --seed rmsnorm --device cuda --rounds 10 --json \
   > "$OUT/eval-rmsnorm-rows4.json" 2> "$OUT/eval-rmsnorm-rows4.err"
 echo "rmsnorm ROWS_PER_PROGRAM=4: exit $?"

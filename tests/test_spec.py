@@ -15,7 +15,7 @@ def seed_dir(tmp_path):
 
 def test_bundled_specs_load():
     for name in ("rmsnorm", "logprobs", "matmul"):
-        spec = load_spec(f"seed_kernels/{name}")
+        spec = load_spec(f"tik_agent/seed_kernels/{name}")
         assert spec.name == name and spec.workload and spec.tunables
 
 

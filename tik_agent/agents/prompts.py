@@ -43,11 +43,7 @@ MAX_RATIONALE_CHARS = 800
 
 def bundled_prompts_dir() -> Path:
     """The ``prompts/`` directory shipped with tik-agent."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "prompts", package / "prompts"):
-        if (candidate / SYSTEM).is_file():
-            return candidate
-    return package.parent / "prompts"
+    return Path(__file__).resolve().parents[1] / "prompts"
 
 
 @dataclass(frozen=True)

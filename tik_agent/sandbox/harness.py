@@ -142,6 +142,14 @@ def poisoned_allocations(which: int):
         torch.Tensor.new_empty = new_empty
 
 
+def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
+    """Call an entry the way every judged call is made: the one place where the
+    harness wraps untrusted code (poisoned allocations, and whatever else must be
+    active around each call), for parity cases and timed calls alike."""
+    with poisoned_allocations(which):
+        return entry(*inputs, **dict(kwargs))
+
+
 class Runner:
     """Calls one entry on the inputs of a case, with poisoned free memory."""
 
@@ -149,8 +157,7 @@ class Runner:
         self.entry, self.spec, self.device = entry, spec, device
 
     def call(self, case: Case, inputs: list, m: int, which: int = 0):
-        with poisoned_allocations(which):
-            return self.entry(*inputs, **dict(self.spec.kwargs))
+        return guarded_call(self.entry, inputs, self.spec.kwargs, which)
 
     def run_case(self, case: Case) -> CaseOutputs:
         inputs = make_inputs(self.spec, case, self.device)

@@ -7,7 +7,7 @@ from pathlib import Path
 from tik_agent.errors import UsageError
 from tik_agent.spec.schema import SPEC_FILE, KernelSpec, load_spec
 
-BUNDLED_DIR = Path(__file__).resolve().parents[2] / "seed_kernels"
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "seed_kernels"
 
 
 def bundled_names() -> list[str]:
