@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
+from tik_agent.sandbox import hostops
 from tik_agent.sandbox import launches
 from tik_agent.bits import digest
 from tik_agent.spec.cases import Case, SubBatch, make_inputs, subbatches
@@ -125,7 +126,8 @@ def poisoned_allocations(which: int):
     def poison(t):
         if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
             view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()]
-            t.view(view).fill_(POISON[t.element_size()][which])
+            with hostops.exempt():  # the harness's fill, not the candidate's
+                t.view(view).fill_(POISON[t.element_size()][which])
         return t
 
     def wrap(fn):
@@ -144,9 +146,11 @@ def poisoned_allocations(which: int):
 
 def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
     """Call an entry the way every judged call is made: the one place where the
-    harness wraps untrusted code (poisoned allocations, and whatever else must be
-    active around each call), for parity cases and timed calls alike."""
-    with poisoned_allocations(which):
+    harness wraps untrusted code (poisoned allocations, the host-ops mode, and
+    whatever else must be active around each call), for parity cases and timed
+    calls alike.  Raises :class:`~tik_agent.sandbox.hostops.HostComputeError`
+    when the call computed with torch outside a Triton launch."""
+    with poisoned_allocations(which), hostops.watching():
         return entry(*inputs, **dict(kwargs))
 
 

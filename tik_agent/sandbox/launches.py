@@ -12,6 +12,8 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+from tik_agent.sandbox import hostops
+
 
 class _Registry:
     """Process-wide launch counts: one per process, like the classes it wraps."""
@@ -53,9 +55,26 @@ def _wrap(cls) -> None:
             origin = str(Path(code.co_filename).resolve()) if code is not None else "<unknown>"
             with _REGISTRY.lock:
                 _REGISTRY.counts[origin] += 1
-        return original(self, *args, **kwargs)
+        grid = kwargs.get("grid")
+        if callable(grid):
+            kwargs["grid"] = _checked_grid(grid)
+        # The launch copies tensors to and from host buffers with aten ops (under
+        # the interpreter): exempt from the host-ops mode while it runs.
+        with hostops.exempt():
+            return original(self, *args, **kwargs)
 
     cls.run = run
+
+
+def _checked_grid(grid):
+    """A grid callable is the candidate's host code, evaluated inside the launch:
+    it runs with the exemption lifted, like the rest of the launcher."""
+
+    def call(meta):
+        with hostops.checked():
+            return grid(meta)
+
+    return call
 
 
 @contextmanager

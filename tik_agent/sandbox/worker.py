@@ -49,6 +49,8 @@ def _trim(text: str, limit: int = TRACE_LIMIT) -> str:
 
 def _classify(exc: BaseException) -> str:
     names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    if "HostComputeError" in names:  # raised by the harness's host-ops mode, judged as an integrity failure
+        return "host_compute"
     return "compile_error" if names & {"CompilationError", "InterpreterError", "CompileTimeAssertionFailure"} else "runtime_error"
 
 

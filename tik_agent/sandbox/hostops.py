@@ -1,0 +1,138 @@
+"""Host compute caught at run time: a torch dispatch mode around every judged call.
+
+The static rules read the launcher's syntax; this module watches what it does.
+While a candidate's entry runs, every aten op that reaches the dispatcher
+outside a Triton launch must be an allocation, a view or a metadata query.
+Anything else (arithmetic, conversions, reductions, copies between tensors,
+host syncs such as ``item()``, storage swaps such as ``set_``) is host compute
+or an escape route, whatever syntax produced it: an operator, a method name
+the static rules allow, a builtin that iterates a tensor.
+
+Triton launches are exempt while they run: under the CPU interpreter the launch
+itself copies arguments to and from host buffers with aten ops.  The launch
+wrapper in :mod:`tik_agent.sandbox.launches` and the harness's poisoning enter
+:func:`exempt`; the depth counter is per thread.
+
+A violation raises :class:`HostComputeError` and is also remembered, so that a
+candidate which catches the exception is still judged by it (see
+:func:`watching`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+# aten overload packets (the name before the overload) a launcher may dispatch.
+# Allocation: fresh memory, uninitialised or zeroed (torch.zeros dispatches as
+# aten.zeros itself, so fill_ and zero_ are not needed and stay out).
+_ALLOCATION = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros"}
+)
+# Views: the same storage, other sizes and strides.  Composite methods (reshape,
+# flatten, narrow, contiguous ...) reach the dispatcher as these.  clone is what
+# contiguous() dispatches for a strided input: same dtype, same bits, new layout.
+_VIEWS = frozenset(
+    {
+        "view", "_unsafe_view", "_reshape_alias", "alias", "as_strided", "t", "transpose", "permute",
+        "expand", "unsqueeze", "squeeze", "select", "slice", "unbind", "split", "split_with_sizes",
+        "detach", "lift_fresh", "clone",
+    }
+)  # fmt: skip
+# Metadata: answered from sizes and strides, never from the elements.
+_METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "dim", "is_contiguous",
+                       "stride", "size", "numel", "is_same_size"})
+ADMITTED = _ALLOCATION | _VIEWS | _METADATA
+
+
+class HostComputeError(RuntimeError):
+    """A judged call dispatched a torch op that computes outside a Triton launch."""
+
+
+@dataclass
+class _State(threading.local):
+    exempt_depth: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+_STATE = _State()
+
+
+def op_name(func) -> str:
+    """``aten.mul.Tensor`` for an OpOverload, whatever its str() looks like."""
+    return str(func)
+
+
+def _packet(func) -> str:
+    # OpOverload exposes the packet name as e.g. 'aten::mul'; fall back on str().
+    name = getattr(getattr(func, "_schema", None), "name", "") or str(func)
+    return name.split("::")[-1].split(".")[0]
+
+
+def admitted(func) -> bool:
+    """Whether ``func`` (an aten OpOverload) may run in launcher code."""
+    namespace = getattr(func, "namespace", "aten")
+    return namespace == "aten" and _packet(func) in ADMITTED
+
+
+@contextmanager
+def exempt():
+    """Let aten ops through on this thread: a Triton launch, or the harness's own work."""
+    _STATE.exempt_depth += 1
+    try:
+        yield
+    finally:
+        _STATE.exempt_depth -= 1
+
+
+@contextmanager
+def checked():
+    """Lift the exemption on this thread for the body: candidate code called
+    from inside a launch (a grid callable) is host code again."""
+    depth, _STATE.exempt_depth = _STATE.exempt_depth, 0
+    try:
+        yield
+    finally:
+        _STATE.exempt_depth = depth
+
+
+@functools.cache
+def _mode_class():
+    """Built on first use, so that importing this module does not import torch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class HostOpsMode(TorchDispatchMode):
+        """Raises on the first op that is not allocation, view or metadata."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if _STATE.exempt_depth == 0 and not admitted(func):
+                message = f"host compute: {op_name(func)} outside a Triton launch"
+                _STATE.violations.append(message)
+                raise HostComputeError(message)
+            return func(*args, **(kwargs or {}))
+
+    return HostOpsMode
+
+
+@contextmanager
+def watching():
+    """Run the body under the host-ops mode; raise if it dispatched any forbidden op.
+
+    The check after the body catches a candidate that swallowed the exception
+    raised at the op itself: the first violation is what the verdict reports,
+    even when the body then failed in some other way.
+    """
+    before = len(_STATE.violations)
+    try:
+        with _mode_class()():
+            yield
+    finally:
+        caught = _STATE.violations[before:]
+        del _STATE.violations[before:]
+        if caught:
+            raise HostComputeError(caught[0])
