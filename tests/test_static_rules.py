@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tik_agent.sandbox import static
-from tik_agent.sandbox.static import RULES, Violation, check_source
+from tik_agent.sandbox.static import RULES, Violation, check_source, policy
 
 CORPUS = Path(__file__).parent / "adversarial" / "static"
 LEGIT = sorted((CORPUS / "legit").glob("*.py"))
@@ -222,10 +222,12 @@ def test_violation_reports_the_offending_line() -> None:
 
 
 def test_every_rule_has_a_summary_and_a_rationale_comment() -> None:
-    lines = Path(static.__file__).read_text().splitlines()
-    registered = [i for i, line in enumerate(lines) if line.startswith("@_rule(")]
+    registered = []
+    for module in sorted(Path(static.__file__).parent.glob("*.py")):
+        lines = module.read_text().splitlines()
+        registered += [(lines, i) for i, line in enumerate(lines) if line.startswith("@rule(")]
     assert len(registered) == len(RULES)
-    for index in registered:
+    for lines, index in registered:
         comment: list[str] = []
         cursor = index - 1
         while cursor >= 0 and lines[cursor].startswith("#"):
@@ -287,17 +289,17 @@ def test_dsl_internals_of_the_installed_triton_are_rejected() -> None:
             value = getattr(module, name)
             path = f"{module.__name__}.{name}"
             if isinstance(value, types.ModuleType):
-                if name in static._DSL_NAMESPACES and value.__name__ == path:
+                if name in policy.DSL_NAMESPACES and value.__name__ == path:
                     namespaces.append(path)
                     continue
-                dsl = value.__name__.split(".")[-1] in static._DSL_NAMESPACES | {"language"}
+                dsl = value.__name__.split(".")[-1] in policy.DSL_NAMESPACES | {"language"}
                 safe = dsl and value.__name__.startswith("triton.language")
             else:
                 origin = getattr(value, "__module__", None) or type(value).__module__
                 safe = origin.startswith("triton.language") or type(value).__name__ in safe_types
                 safe = safe or name in {"jit", "constexpr_function"}
             checked += 1
-            if not safe and static._api_allowed(path):
+            if not safe and policy.api_allowed(path):
                 leaks.append(f"{path} ({type(value).__name__})")
     assert checked > 100
     assert leaks == []

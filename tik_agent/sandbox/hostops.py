@@ -119,6 +119,15 @@ def _mode_class():
     return HostOpsMode
 
 
+def prepare() -> None:
+    """Import and enter the mode once, before the worker's audit hook is installed:
+    torch's first dispatch-mode use sets environment variables, which the hook forbids."""
+    import torch
+
+    with _mode_class()():
+        torch.empty(0)
+
+
 @contextmanager
 def watching():
     """Run the body under the host-ops mode; raise if it dispatched any forbidden op.

@@ -44,6 +44,7 @@ def install() -> None:
         pass
     for cls in classes:
         _wrap(cls)
+    hostops.prepare()
 
 
 def _wrap(cls) -> None:
