@@ -142,7 +142,7 @@ def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) ->
     return req
 
 
-_HOST_OP = re.compile(r"host compute: (aten\.[\w.]+) outside a Triton launch")
+_HOST_OP = re.compile(r"host compute: ((?:aten|torch\.Tensor)\.[\w.]+) outside a Triton launch")
 
 
 def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | None:

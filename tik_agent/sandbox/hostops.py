@@ -13,6 +13,10 @@ itself copies arguments to and from host buffers with aten ops.  The launch
 wrapper in :mod:`tik_agent.sandbox.launches` and the harness's poisoning enter
 :func:`exempt`; the depth counter is per thread.
 
+Some tensor methods read elements without dispatching (``tolist``, ``numpy``)
+or switch dispatch modes off (printing a tensor): those are refused for the
+duration of the call too.
+
 A violation raises :class:`HostComputeError` and is also remembered, so that a
 candidate which catches the exception is still judged by it (see
 :func:`watching`).
@@ -128,6 +132,38 @@ def prepare() -> None:
         torch.empty(0)
 
 
+# Tensor methods that read elements without dispatching an aten op (tolist, numpy,
+# the buffer protocol) or that switch dispatch modes off while they run (printing a
+# tensor does): refused outside launches by patching them for the call's duration.
+_UNDISPATCHED = ("tolist", "numpy", "__array__", "__repr__", "__str__", "__format__", "__dlpack__",
+                 "untyped_storage", "storage", "_typed_storage", "data_ptr", "__reduce_ex__")
+
+
+@contextmanager
+def _undispatched_methods_refused():
+    import torch
+
+    originals = {name: getattr(torch.Tensor, name) for name in _UNDISPATCHED}
+
+    def refuse(name, original):
+        def method(self, *args, **kwargs):
+            if _STATE.exempt_depth == 0:
+                message = f"host compute: torch.Tensor.{name} outside a Triton launch"
+                _STATE.violations.append(message)
+                raise HostComputeError(message)
+            return original(self, *args, **kwargs)
+
+        return method
+
+    for name, original in originals.items():
+        setattr(torch.Tensor, name, refuse(name, original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+
+
 @contextmanager
 def watching():
     """Run the body under the host-ops mode; raise if it dispatched any forbidden op.
@@ -138,7 +174,7 @@ def watching():
     """
     before = len(_STATE.violations)
     try:
-        with _mode_class()():
+        with _mode_class()(), _undispatched_methods_refused():
             yield
     finally:
         caught = _STATE.violations[before:]

@@ -72,6 +72,11 @@ def _check_namespace_values(ctx: Context) -> Iterator[Violation]:
 def _check_torch_api(ctx: Context) -> Iterator[Violation]:
     """Only allocation, dtype and device-query parts of torch."""
     yield from _check_api(ctx, ("torch",), "torch-api")
+    for node in ast.walk(ctx.tree):
+        # torch.Tensor(...) and torch.dtype(...) are legacy constructors (torch.Tensor(storage)
+        # wraps any storage): the classes are for isinstance() and annotations only.
+        if isinstance(node, ast.Call) and ctx.resolve(node.func) in ("torch.Tensor", "torch.dtype"):
+            yield v("torch-api", node, f"'{ast.unparse(node.func)}(...)' constructs a tensor; use torch.empty")
 
 
 # Rationale: triton.testing (do_bench), triton.runtime, triton.knobs and triton.compiler

@@ -149,6 +149,8 @@ def _plain_arguments(ctx: Context, call: ast.Call) -> Iterator[Violation]:
     func = call.func
     path = ctx.resolve(func) or ""
     numeric = path in ("triton.cdiv", "triton.next_power_of_2") or path.startswith("math.")
+    if isinstance(func, ast.Attribute) and path == "" and func.attr in ("format", "join"):
+        numeric = STR in ctx.types.of(func.value)  # formatting a tensor is torch compute, as in an f-string
     if isinstance(func, ast.Name) and func.id in policy.NUMERIC_BUILTINS and ctx.types.lookup(func) is None:
         numeric = numeric or func.id not in ctx.aliases
     if not numeric:

@@ -1,0 +1,168 @@
+"""Host compute caught at run time: the host-ops mode around every judged call.
+
+The runtime corpus (tests/adversarial/runtime) holds rmsnorm variants whose host
+edit the static rules reject; with those rules out of the way, only the mode
+stands between them and an accepted verdict, which the negative controls show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from tik_agent.sandbox import harness, hostops, launches
+from tik_agent.sandbox.harness import guarded_call, load_entry, load_seed_entry
+from tik_agent.sandbox.static import check_source
+from tik_agent.spec.seeds import resolve
+
+RUNTIME = sorted((Path(__file__).parent / "adversarial" / "runtime").glob("*.py"))
+SEED_INPUTS = {
+    "rmsnorm": lambda: [torch.randn(3, 40), torch.randn(40)],
+    "logprobs": lambda: [torch.randn(3, 40), torch.tensor([0, 7, 39])],
+    "matmul": lambda: [torch.randn(3, 24), torch.randn(24, 5)],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _launches_installed():
+    launches.install()
+
+
+def _expected_op(path: Path) -> str:
+    match = re.match(r"# expect-op: (\S+)", path.read_text())
+    assert match, f"{path.name} lacks an '# expect-op: <aten op>' header"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("name", sorted(SEED_INPUTS))
+def test_seeds_pass_under_the_mode_with_their_bits(name):
+    spec = resolve(name)
+    entry = load_seed_entry(spec)
+    inputs = SEED_INPUTS[name]()
+    bare = entry(*inputs, **dict(spec.kwargs))
+    assert torch.equal(guarded_call(entry, inputs, spec.kwargs).view(torch.int32), bare.view(torch.int32))
+    # A strided input makes contiguous() copy (aten.clone), which the mode admits.
+    strided = [t.t().contiguous().t() if t.dim() == 2 and t.is_floating_point() else t for t in inputs]
+    assert not strided[0].is_contiguous()
+    assert torch.equal(guarded_call(entry, strided, spec.kwargs).view(torch.int32), bare.view(torch.int32))
+
+
+def test_runtime_corpus_is_present_and_statically_rejected():
+    assert len(RUNTIME) >= 8
+    for path in RUNTIME:
+        assert check_source(path.read_text(), path.name), f"{path.name} passes the static rules"
+
+
+@pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.stem)
+def test_runtime_corpus_is_caught_by_the_mode(path):
+    spec = resolve("rmsnorm")
+    entry = load_entry(path, spec, "candidate")
+    inputs = SEED_INPUTS["rmsnorm"]()
+    with pytest.raises(hostops.HostComputeError, match=re.escape(_expected_op(path))):
+        guarded_call(entry, inputs, spec.kwargs)
+
+
+@pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.stem)
+def test_without_the_mode_the_corpus_would_pass_on_bits(path, monkeypatch):
+    """Negative control: the same call with the mode switched off returns the seed's bits."""
+    spec = resolve("rmsnorm")
+    entry = load_entry(path, spec, "candidate")
+    inputs = SEED_INPUTS["rmsnorm"]()
+    expected = load_seed_entry(spec)(*inputs, **dict(spec.kwargs))
+    monkeypatch.setattr(harness.hostops, "watching", contextlib.nullcontext)
+    out = guarded_call(entry, inputs, spec.kwargs)
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+
+
+def test_launches_are_exempt_and_need_to_be(monkeypatch):
+    """The interpreter's launch copies with aten ops: without the exemption the seed itself fails."""
+    spec = resolve("rmsnorm")
+    entry = load_seed_entry(spec)
+    guarded_call(entry, SEED_INPUTS["rmsnorm"](), spec.kwargs)
+    monkeypatch.setattr(launches.hostops, "exempt", contextlib.nullcontext)
+    with pytest.raises(hostops.HostComputeError, match="outside a Triton launch"):
+        guarded_call(entry, SEED_INPUTS["rmsnorm"](), spec.kwargs)
+
+
+def test_a_swallowed_violation_is_still_raised_and_then_forgotten():
+    def sneaky(x):
+        try:
+            x.exp()
+        except hostops.HostComputeError:
+            pass
+        return x
+
+    with pytest.raises(hostops.HostComputeError, match=r"aten\.exp\.default"):
+        guarded_call(sneaky, [torch.ones(2)], {})
+    # The next clean call is not blamed for the previous one.
+    assert guarded_call(lambda x: x.view(-1), [torch.ones(2)], {}).shape == (2,)
+
+
+def test_the_first_violation_is_the_one_reported():
+    def two(x):
+        with contextlib.suppress(hostops.HostComputeError):
+            x.neg()
+        return x + 1
+
+    with pytest.raises(hostops.HostComputeError, match=r"aten\.neg"):
+        guarded_call(two, [torch.ones(2)], {})
+
+
+def test_allocation_views_and_metadata_are_admitted():
+    def launcher(x):
+        y = torch.empty_like(x)
+        z = torch.zeros((2, 3), dtype=torch.float32)
+        w = x.new_zeros(4).new_empty((2,))
+        v = x.t().reshape(-1).unsqueeze(0).permute(1, 0).expand(6, 2)[1:3]
+        return y, z, w, v, x.shape, x.stride(0), x.numel(), x.dim(), x.is_contiguous(), tuple(x)
+
+    guarded_call(launcher, [torch.ones(3, 2)], {})
+
+
+@pytest.mark.parametrize(
+    "op",
+    [lambda x: x * 2, lambda x: x.sum(), lambda x: x.to(torch.float64), lambda x: bool(x[0] > 0),
+     lambda x: x.clamp(0, 1), lambda x: x.float().half(), lambda x: torch.empty_like(x).copy_(x),
+     lambda x: x.index_select(0, torch.zeros(1, dtype=torch.long)), lambda x: x.fill_(1.0)],
+    ids=["mul", "sum", "to", "compare-bool", "clamp", "half", "copy_", "index_select", "fill_"],
+)
+def test_compute_is_refused(op):
+    with pytest.raises(hostops.HostComputeError, match="outside a Triton launch"):
+        guarded_call(op, [torch.ones(3)], {})
+
+
+def test_the_mode_is_per_thread():
+    """Another thread's harness work is not seen, and its exemption does not leak here."""
+    errors = []
+
+    def other():
+        try:
+            torch.ones(3).sum()  # no mode on this thread
+        except Exception as exc:  # pragma: no cover - the failure being guarded against
+            errors.append(exc)
+
+    def launcher(x):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        return x
+
+    guarded_call(launcher, [torch.ones(2)], {})
+    assert errors == []
+    with hostops.exempt():
+        pass
+    with pytest.raises(hostops.HostComputeError):
+        guarded_call(lambda x: x * 2, [torch.ones(2)], {})
+
+
+def test_admitted_names_only_aten_ops():
+    assert hostops.admitted(torch.ops.aten.empty.memory_format)
+    assert hostops.admitted(torch.ops.aten.view.default)
+    assert not hostops.admitted(torch.ops.aten.mul.Tensor)
+    assert not hostops.admitted(torch.ops.aten.set_.source_Storage)
+    assert not hostops.admitted(torch.ops.aten._local_scalar_dense.default)
