@@ -166,3 +166,44 @@ def test_admitted_names_only_aten_ops():
     assert not hostops.admitted(torch.ops.aten.mul.Tensor)
     assert not hostops.admitted(torch.ops.aten.set_.source_Storage)
     assert not hostops.admitted(torch.ops.aten._local_scalar_dense.default)
+
+
+# ------------------------------------------------------------------ through a sandboxed evaluation
+
+
+@pytest.fixture(scope="module")
+def small_seed(tmp_path_factory):
+    from seedutil import small_rmsnorm
+    from tik_agent.spec.schema import load_spec
+
+    return load_spec(small_rmsnorm(tmp_path_factory.mktemp("seed")))
+
+
+@pytest.fixture(scope="module")
+def eval_options():
+    from conftest import DEVICE
+    from tik_agent.judge.evaluate import EvalOptions
+
+    return EvalOptions(device=DEVICE, timeout_s=120, rounds=1, warmup=0)
+
+
+@pytest.fixture(scope="module")
+def reference(small_seed, eval_options):
+    from tik_agent.judge.evaluate import compute_reference
+
+    return compute_reference(small_seed, eval_options)
+
+
+@pytest.mark.parametrize("name", ["mul_identity", "swallowed", "tolist_read"])
+def test_sandboxed_evaluation_rejects_host_compute(name, small_seed, eval_options, reference, monkeypatch):
+    """With the static rules bypassed, the worker's mode turns host compute into an integrity failure."""
+    import tik_agent.sandbox.static as static
+    from tik_agent.judge.evaluate import evaluate
+    from tik_agent.judge.records import Outcome
+
+    monkeypatch.setattr(static, "check_source", lambda source, filename="candidate.py": [])
+    path = next(p for p in RUNTIME if p.stem == name)
+    verdict = evaluate(small_seed, path, eval_options, reference=reference)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED, f"{verdict.outcome.value}: {verdict.reason}"
+    assert f"[host-compute] {_expected_op(path)}" in verdict.reason, verdict.reason
+    assert "Traceback" not in verdict.reason
