@@ -315,3 +315,112 @@ SEEDS = sorted((Path(__file__).resolve().parents[1] / "tik_agent" / "seed_kernel
 @pytest.mark.parametrize("path", SEEDS, ids=lambda p: p.parent.name)
 def test_bundled_seed_kernels_pass(path: Path) -> None:
     assert check_source(path.read_text(), str(path)) == []
+
+
+# --------------------------------------------------------------- name resolution and type inference
+
+HEURISTIC_KERNEL = """
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def _k(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+
+def typed_candidate(launcher_body: str, module: str = "", params: str = "") -> str:
+    body = textwrap.indent(textwrap.dedent(launcher_body).strip("\n"), "    ")
+    return (f"{HEADER}{HEURISTIC_KERNEL}{module}\n\ndef launch(x{params}):\n{body}\n"
+            "    _k[(1,)](x, x.numel(), BLOCK=128)\n    return x\n")
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "*batch, N = x.shape\nM = x.numel() // N",
+        "M = x.shape[0] if x.dim() > 1 else 1",
+        "num_warps = 4 if x.shape[-1] <= 2048 else 8",
+        "BLOCK = max(16, triton.next_power_of_2(x.shape[-1]))",
+        "x2 = x.view(-1, x.shape[-1])\nM, N = x2.shape\nT = M * N",
+        "def grid(META):\n    return (triton.cdiv(x.numel(), META['BLOCK']),)\n_k[grid](x, x.numel(), BLOCK=64)",
+        "_k[lambda meta: (triton.cdiv(meta['n'], meta['BLOCK']),)](x, x.numel(), BLOCK=64)",
+        "out_dtype = x.dtype if x.dtype != torch.float64 else torch.float32\ny = torch.empty_like(x, dtype=out_dtype)",
+        "y = torch.empty(x.shape[:-1] + (4,), device=x.device, dtype=x.dtype)",
+        "sm = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1\n"
+        "programs = min(sm * 4, x.shape[0])",
+        "M, N = x.shape\nif N > 65536:\n    raise ValueError(f'N={N} too large')",
+        "rows = x.shape[0]\nblock = 1\nwhile block < rows:\n    block *= 2",
+        "s = x.size()\nn = s[0] * s[1]",
+        "if (n := x.numel()) > 4:\n    half = n // 2",
+        "for d in x.shape:\n    twice = d * 2",
+        "scale = eps * 2",
+        "y = x.new_empty((4,))\nz = x.new_zeros((4,))\nw = x.expand(2, -1).transpose(0, 1)[1:]",
+        "label = x.device.type.upper() + ':' + str(x.device.index)",
+    ],
+)
+def test_inferred_plain_values_may_compute(launcher: str) -> None:
+    assert check_source(typed_candidate(launcher, params=", eps: float = 1e-6"), entry="launch") == []
+
+
+def test_helpers_are_typed_by_their_call_sites_when_the_entry_is_known() -> None:
+    helper = "\n\ndef _blocks(n):\n    return triton.cdiv(n, 128)\n"
+    source = typed_candidate("n = _blocks(x.numel())\nm = n * 2", module=helper)
+    assert check_source(source, entry="launch") == []
+    # Negative control: without the entry, _blocks may be what the harness calls with a tensor.
+    assert "host-compute" in {v.rule for v in check_source(source)}
+    # ... and a call site that passes a tensor makes the helper's operator host compute.
+    assert "host-compute" in {v.rule for v in check_source(typed_candidate("n = _blocks(x)", module=helper),
+                                                            entry="launch")}
+
+
+@pytest.mark.parametrize(
+    ("plain_form", "tensor_form"),
+    [
+        ("n = x.numel() * 2", "n = x * 2"),
+        ("n = -x.shape[0]", "n = -x"),
+        ("ok = x.shape[0] > 1", "ok = x > 1"),
+        ("n = sum(x.shape)", "n = sum(x)"),
+        ("n = int(x.shape[0])", "n = int(x[0])"),
+        ("s = f'{x.shape}'", "s = f'{x}'"),
+        ("y = x[: x.shape[0]]", "y = x[x.view(-1)]"),
+        ("if x.numel():\n    pass", "if x:\n    pass"),
+        ("n = triton.cdiv(x.numel(), 2)", "n = triton.cdiv(x, 2)"),
+    ],
+)
+def test_operators_need_plain_operands(plain_form: str, tensor_form: str) -> None:
+    assert check_source(typed_candidate(plain_form), entry="launch") == []
+    assert "host-compute" in {v.rule for v in check_source(typed_candidate(tensor_form), entry="launch")}
+
+
+def test_the_corpus_covers_every_rule_of_issue_9() -> None:
+    expected = {re.match(r"# expect: (\S+)", p.read_text()).group(1) for p in EXPLOITS}
+    new_rules = {"namespace-value", "unlisted-attribute", "kernel-store", "kernel-scope", "dsl-attribute"}
+    assert new_rules | {"host-compute", "mutable-default", "forbidden-builtin"} <= expected
+    assert new_rules <= set(RULES)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "m = tl.math",
+        "f = lambda ns=tl.extra.libdevice: ns",
+        "pair = (1, tl)",
+        "_helper(torch)",
+    ],
+)
+def test_namespaces_are_never_values(source: str) -> None:
+    violations = check_source(candidate(source, module="\n\ndef _helper(m):\n    return 1\n"))
+    assert "namespace-value" in {v.rule for v in violations}
+
+
+def test_namespaces_used_in_place_pass() -> None:
+    source = HEADER + (
+        "from triton.language.extra import libdevice\n\n"
+        "@triton.jit\n"
+        "def _k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    x = tl.load(x_ptr + offs)\n"
+        "    tl.store(x_ptr + offs, libdevice.rsqrt(tl.math.exp(x)) + tl.extra.libdevice.rsqrt(x))\n"
+    )
+    assert check_source(source) == []

@@ -208,7 +208,7 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         source = candidate.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{candidate}: cannot read the candidate: {exc}") from None
-    violations = check_source(source, candidate.name)
+    violations = check_source(source, candidate.name, entry=spec.entry)
     if violations:
         first = violations[0]
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{first.line}: [{first.rule}] {first.message}",

@@ -37,8 +37,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["RULES", "Rule", "Violation", "check_source"]
 
 
-def check_source(source: str, filename: str = "candidate.py") -> list[Violation]:
+def check_source(source: str, filename: str = "candidate.py", entry: str | None = None) -> list[Violation]:
     """Run every rule over ``source``; an empty list means the candidate passed.
+
+    ``entry`` names the launcher the harness calls (the spec's entry): its
+    parameters are the only ones typed as "whatever the caller passes"; without
+    it every module-level function is treated so, which is stricter.
 
     A file that does not parse yields exactly one violation with rule ``syntax``.
     Violations are sorted by line, then rule name, without duplicates.
@@ -52,7 +56,7 @@ def check_source(source: str, filename: str = "candidate.py") -> list[Violation]
     except (RecursionError, MemoryError):  # how the parser reports nesting too deep
         return [Violation("syntax", 0, f"{filename}: nesting too deep to analyse")]
     try:
-        ctx = build_context(tree)
+        ctx = build_context(tree, entry)
         infer(ctx)
         found = {violation for rule in RULES.values() for violation in rule.check(ctx)}
     except RecursionError:

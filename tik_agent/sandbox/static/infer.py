@@ -9,8 +9,10 @@ adds to the name's set of types, in its own function's scope; the sets grow
 until nothing changes.  What cannot be shown plain is ``unknown`` and is
 treated as a tensor: when in doubt, the rules reject.
 
-Parameters of a module-level function without a default are unknown (any of
-them may be the entry, which the harness calls with tensors); a function
+Parameters of the entry without a default are unknown (the harness calls it
+with tensors); when the caller does not name the entry, every module-level
+function is taken to be one.  Other functions' parameters have the types of
+their defaults and of the arguments at every call site; a function
 passed around as a value has unknown parameters; a grid or heuristics callable
 receives the launch's meta dict, whose entries have the types of the
 arguments passed under those names at the launch sites.
@@ -22,40 +24,17 @@ import ast
 from collections.abc import Iterable
 
 from tik_agent.sandbox.static import policy
-from tik_agent.sandbox.static.context import FUNCTIONS, Context, flatten_targets
-
-INT, FLOAT, BOOL, STR, NONE = "int", "float", "bool", "str", "none"
-SIZE, DTYPE, DEVICE, INFO = "size", "dtype", "device", "info"  # shapes/plain tuples, torch.dtype, finfo & co
-TENSOR, UNKNOWN, META, RANGE = "tensor", "unknown", "meta", "range"
-FUNC, KERNEL, MODULE, API, BUILTIN = "function", "kernel", "module", "api", "builtin"
-
-PLAIN = frozenset({INT, FLOAT, BOOL, STR, NONE, SIZE, DTYPE, DEVICE, INFO})
-TENSOR_LIKE = frozenset({TENSOR, UNKNOWN})
-_TL_DTYPES = frozenset(
-    {"float16", "bfloat16", "float32", "float64", "int1", "int8", "int16", "int32", "int64",
-     "uint8", "uint16", "uint32", "uint64", "float8e4nv", "float8e5"}
+from tik_agent.sandbox.static.context import Context, flatten_targets
+from tik_agent.sandbox.static.kinds import (
+    API_RESULTS, BOOL, BUILTIN, BUILTIN_RESULTS, FLOAT, FUNC, INT, KERNEL, META, NONE, PLAIN, RANGE, SIZE,
+    STR, TENSOR, UNKNOWN, api_type, attribute_type, constant_type, method_type,
 )  # fmt: skip
-_API_RESULTS = {
-    **{f"torch.{name}": TENSOR for name in policy.TORCH_ALLOCATORS},
-    "triton.cdiv": INT, "triton.next_power_of_2": INT, "torch.finfo": INFO, "torch.iinfo": INFO,
-    "torch.cuda.get_device_properties": INFO, "torch.cuda.current_device": INT,
-    "torch.cuda.is_available": BOOL, "torch.is_tensor": BOOL, "torch.device": DEVICE, "torch.Size": SIZE,
-    "triton.constexpr": INT, "triton.language.constexpr": INT,
-}  # fmt: skip
-_BUILTIN_RESULTS = {
-    "int": INT, "len": INT, "round": INT, "float": FLOAT, "bool": BOOL, "isinstance": BOOL,
-    "any": BOOL, "all": BOOL, "str": STR, "repr": STR, "format": STR, "range": RANGE, "slice": SIZE,
-}  # fmt: skip
 
 
 def plain(types: Iterable[str]) -> bool:
     """Provably a Python number, string, shape, dtype or device (never a tensor)."""
     types = frozenset(types)
     return bool(types) and types <= PLAIN
-
-
-def tensor_like(types: Iterable[str]) -> bool:
-    return bool(frozenset(types) & TENSOR_LIKE) or not types
 
 
 class Types:
@@ -195,7 +174,7 @@ class Types:
             else:
                 return "escaped"
         uses = self._uses.get(name or "", [])
-        top = ctx.scope_of(fn) is ctx.tree
+        top = ctx.scope_of(fn) is ctx.tree and ctx.entry in (None, name)
         # A nested function nothing refers to never runs (getattr, globals and vars are
         # refused): it reads like a grid not used yet.  A top-level one may be the entry.
         if (not uses and not top) or any(self._grid_position(n) for n in uses):
@@ -253,16 +232,16 @@ class Types:
         ctx = self.ctx
         path = ctx.resolve(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
         if path is not None and not (isinstance(node, ast.Name) and self.lookup(node) is not None):
-            return {_api_type(path)}
+            return {api_type(path)}
         if isinstance(node, ast.Constant):
-            return {_constant_type(node.value)}
+            return {constant_type(node.value)}
         if isinstance(node, ast.Name):
             found = self.lookup(node)
             if found is not None:
                 return found
             return {BUILTIN} if node.id in policy.ALL_BUILTINS else {UNKNOWN}
         if isinstance(node, ast.Attribute):
-            return {t for r in self.of(node.value) for t in _attribute_type(r, node.attr)}
+            return {t for r in self.of(node.value) for t in attribute_type(r, node.attr)}
         if isinstance(node, ast.Call):
             return self._call(node)
         if isinstance(node, ast.Subscript):
@@ -299,7 +278,7 @@ class Types:
         if func is not None and not (isinstance(node.func, ast.Name) and self.lookup(node.func) is not None):
             if func.startswith("math."):
                 return {INT, FLOAT}
-            return {_API_RESULTS.get(func, UNKNOWN)}
+            return {API_RESULTS.get(func, UNKNOWN)}
         if isinstance(node.func, ast.Name):
             kinds = self.of(node.func)
             result: set[str] = set()
@@ -309,7 +288,7 @@ class Types:
                 result |= self._builtin(node.func.id, node)
             return result or {UNKNOWN}
         if isinstance(node.func, ast.Attribute):
-            return {t for r in self.of(node.func.value) for t in _method_type(r, node.func.attr, node)}
+            return {t for r in self.of(node.func.value) for t in method_type(r, node.func.attr, node)}
         return {UNKNOWN}
 
     def _returns(self, name: str) -> set[str]:
@@ -332,8 +311,8 @@ class Types:
         return result
 
     def _builtin(self, name: str, node: ast.Call) -> set[str]:
-        if name in _BUILTIN_RESULTS:
-            return {_BUILTIN_RESULTS[name]}
+        if name in BUILTIN_RESULTS:
+            return {BUILTIN_RESULTS[name]}
         args = [self.of(a) for a in node.args]
         if name in ("tuple", "list", "sorted", "reversed"):
             return {SIZE} if len(args) == 1 and plain(self._elements(args[0])) else {UNKNOWN}
@@ -367,57 +346,9 @@ class Types:
         return (left | right) & PLAIN if plain(left) and plain(right) else frozenset({TENSOR})
 
 
-def _constant_type(value: object) -> str:
-    if isinstance(value, bool):
-        return BOOL
-    if isinstance(value, int):
-        return INT
-    if isinstance(value, float):
-        return FLOAT
-    if isinstance(value, (str, bytes)):
-        return STR
-    return NONE if value is None or value is Ellipsis else UNKNOWN
-
-
-def _api_type(path: str) -> str:
-    if policy.is_namespace(path):
-        return MODULE
-    if path.startswith("torch.") and path[6:] in policy.TORCH_DTYPES:
-        return DTYPE
-    if path.startswith(policy.DSL + ".") and path.rsplit(".", 1)[1] in _TL_DTYPES:
-        return DTYPE
-    if path.startswith("math.") and path != "math.inf" and path[5:] in ("pi", "e", "tau", "nan", "inf"):
-        return FLOAT
-    return API
-
-
-def _attribute_type(receiver: str, attr: str) -> Iterable[str]:
-    if receiver in TENSOR_LIKE:
-        return set(policy.TENSOR_ATTRS.get(attr, UNKNOWN).split("|"))
-    table = {DEVICE: policy.DEVICE_ATTRS, DTYPE: policy.DTYPE_ATTRS}.get(receiver)
-    if table is not None and attr in table:
-        return set(table[attr].split("|"))
-    if receiver == INFO:
-        return {INT, FLOAT, STR}
-    return {UNKNOWN}
-
-
-def _method_type(receiver: str, method: str, call: ast.Call) -> Iterable[str]:
-    if receiver in TENSOR_LIKE:
-        if method in policy.TENSOR_METADATA_METHODS:
-            kinds = policy.TENSOR_METADATA_METHODS[method].split("|")
-            return {kinds[0] if not call.args and len(kinds) > 1 else kinds[-1]} if len(kinds) > 1 else {kinds[0]}
-        return {TENSOR} if method in policy.TENSOR_VIEW_METHODS else {UNKNOWN}
-    if receiver == SIZE and method in policy.SIZE_METHODS:
-        return {INT}
-    if receiver == STR and method in policy.STR_METHODS:
-        return {STR, BOOL, SIZE}
-    return {UNKNOWN}
-
-
 def infer(ctx: Context) -> Types:
     ctx.types = Types(ctx)
     return ctx.types
 
 
-__all__ = ["Types", "infer", "plain", "tensor_like", "FUNCTIONS"]
+__all__ = ["Types", "infer", "plain"]

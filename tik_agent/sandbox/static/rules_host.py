@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from tik_agent.sandbox.static import policy
 from tik_agent.sandbox.static.context import Context
-from tik_agent.sandbox.static.infer import DEVICE, DTYPE, INFO, KERNEL, META, SIZE, STR, TENSOR_LIKE, plain
+from tik_agent.sandbox.static.infer import plain
+from tik_agent.sandbox.static.kinds import DEVICE, DTYPE, INFO, KERNEL, META, SIZE, STR, TENSOR_LIKE
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
 
