@@ -34,9 +34,9 @@ def _launches_installed():
 
 
 def _expected_op(path: Path) -> str:
-    match = re.match(r"# expect-op: (\S+)", path.read_text())
+    match = re.match(r"# expect-op: (.+)", path.read_text())
     assert match, f"{path.name} lacks an '# expect-op: <aten op>' header"
-    return match.group(1)
+    return match.group(1).strip()
 
 
 @pytest.mark.parametrize("name", sorted(SEED_INPUTS))
@@ -75,6 +75,7 @@ def test_without_the_mode_the_corpus_would_pass_on_bits(path, monkeypatch):
     inputs = SEED_INPUTS["rmsnorm"]()
     expected = load_seed_entry(spec)(*inputs, **dict(spec.kwargs))
     monkeypatch.setattr(harness.hostops, "watching", contextlib.nullcontext)
+    monkeypatch.setattr(launches, "_refuse_tensor_constexprs", lambda *args: None)
     out = guarded_call(entry, inputs, spec.kwargs)
     assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
 
@@ -158,6 +159,24 @@ def test_the_mode_is_per_thread():
         pass
     with pytest.raises(hostops.HostComputeError):
         guarded_call(lambda x: x * 2, [torch.ones(2)], {})
+
+
+def test_reported_keeps_only_what_the_mode_can_raise():
+    """The worker's error text is the candidate's too: imitations of our message carry nothing on."""
+    real = "Traceback ...\nHostComputeError: host compute: aten.mul.Tensor outside a Triton launch\n"
+    assert hostops.reported(real) == "aten.mul.Tensor outside a Triton launch"
+    method = "host compute: torch.Tensor.tolist outside a Triton launch"
+    assert hostops.reported(method) == "torch.Tensor.tolist outside a Triton launch"
+    fake = "ValueError: host compute: aten.sk_live_SECRET.x outside a Triton launch\n"
+    assert hostops.reported(fake) is None
+    assert hostops.reported("host compute: torch.Tensor.sk_SECRET outside a Triton launch") is None
+    # An imitation first, the real one after it: the real one is what is reported.
+    assert hostops.reported(fake + real) == "aten.mul.Tensor outside a Triton launch"
+
+
+def test_the_static_rules_catch_the_constexpr_tensor_too():
+    path = next(p for p in RUNTIME if p.stem == "constexpr_tensor")
+    assert "launch-argument" in {v.rule for v in check_source(path.read_text())}
 
 
 def test_admitted_names_only_aten_ops():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import shutil
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from tik_agent.bits import digest, first_mismatch, meta_difference
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
+from tik_agent.sandbox import hostops
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
 from tik_agent.judge.records import Outcome, Verdict
@@ -142,9 +142,6 @@ def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) ->
     return req
 
 
-_HOST_OP = re.compile(r"host compute: ((?:aten|torch\.Tensor)\.[\w.]+) outside a Triton launch")
-
-
 def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | None:
     """A verdict for a worker that timed out, died or reported a load/run error."""
     tail = (proc.stderr or "")[-3000:]
@@ -154,11 +151,10 @@ def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | N
         how = f"signal {proc.signal}" if proc.signal else f"exit code {proc.returncode}"
         return Verdict(Outcome.CRASHED, f"the worker died ({how}) without a result", worker_log=tail)
     status = result.get("status")
-    if status == "host_compute":  # only the op's name is kept: the rest of the text is the candidate's
+    if status == "host_compute":  # only a checked op name is kept: the rest of the text is the candidate's
         where = f"{result['case']}: " if result.get("case") else ""
-        op = _HOST_OP.search(result.get("error", ""))
-        return Verdict(Outcome.INTEGRITY_FAILED,
-                       f"{where}[host-compute] {op.group(1) if op else 'a torch op'} ran outside a Triton launch",
+        what = hostops.reported(result.get("error", "")) or "torch compute outside a Triton launch"
+        return Verdict(Outcome.INTEGRITY_FAILED, f"{where}[host-compute] {what}",
                        environment=result.get("environment", {}), worker_log=tail)
     if status in ("compile_error", "runtime_error"):
         where = f" in case {result['case']}" if result.get("case") else ""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -84,6 +85,41 @@ def admitted(func) -> bool:
     return namespace == "aten" and _packet(func) in ADMITTED
 
 
+CONSTEXPR_TENSOR = "a torch.Tensor passed as a constexpr to a Triton launch"
+
+
+def refuse(what: str) -> None:
+    """Record and raise a violation; ``what`` is harness text (an op name), never the candidate's."""
+    message = f"host compute: {what}"
+    _STATE.violations.append(message)
+    raise HostComputeError(message)
+
+
+def outside(op: str) -> str:
+    return f"{op} outside a Triton launch"
+
+
+_REPORTED = re.compile(r"host compute: (aten\.(\w+)\.\w+|torch\.Tensor\.(\w+)) outside a Triton launch")
+
+
+def reported(text: str) -> str | None:
+    """The violation a worker's error text reports, checked against what this module can raise.
+
+    The text around it is the candidate's (its own exceptions and messages can
+    imitate ours), so only a real aten op, a listed tensor method or the fixed
+    constexpr message is returned: nothing else of the text can travel on.
+    """
+    if "host compute: " + CONSTEXPR_TENSOR in text:
+        return CONSTEXPR_TENSOR
+    import torch
+
+    for match in _REPORTED.finditer(text):
+        op, packet, method = match.groups()
+        if (packet and hasattr(torch.ops.aten, packet)) or (method and method in _UNDISPATCHED):
+            return outside(op)
+    return None
+
+
 @contextmanager
 def exempt():
     """Let aten ops through on this thread: a Triton launch, or the harness's own work."""
@@ -115,9 +151,7 @@ def _mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if _STATE.exempt_depth == 0 and not admitted(func):
-                message = f"host compute: {op_name(func)} outside a Triton launch"
-                _STATE.violations.append(message)
-                raise HostComputeError(message)
+                refuse(outside(op_name(func)))
             return func(*args, **(kwargs or {}))
 
     return HostOpsMode
@@ -145,18 +179,16 @@ def _undispatched_methods_refused():
 
     originals = {name: getattr(torch.Tensor, name) for name in _UNDISPATCHED}
 
-    def refuse(name, original):
+    def refusing(name, original):
         def method(self, *args, **kwargs):
             if _STATE.exempt_depth == 0:
-                message = f"host compute: torch.Tensor.{name} outside a Triton launch"
-                _STATE.violations.append(message)
-                raise HostComputeError(message)
+                refuse(outside(f"torch.Tensor.{name}"))
             return original(self, *args, **kwargs)
 
         return method
 
     for name, original in originals.items():
-        setattr(torch.Tensor, name, refuse(name, original))
+        setattr(torch.Tensor, name, refusing(name, original))
     try:
         yield
     finally:

@@ -7,6 +7,7 @@ that it came from the candidate's own file, not from the seed or a library.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ def _wrap(cls) -> None:
             origin = str(Path(code.co_filename).resolve()) if code is not None else "<unknown>"
             with _REGISTRY.lock:
                 _REGISTRY.counts[origin] += 1
+        _refuse_tensor_constexprs(self, args, kwargs)
         grid = kwargs.get("grid")
         if callable(grid):
             kwargs["grid"] = _checked_grid(grid)
@@ -65,6 +67,27 @@ def _wrap(cls) -> None:
             return original(self, *args, **kwargs)
 
     cls.run = run
+
+
+def _refuse_tensor_constexprs(kernel, args, kwargs) -> None:
+    """Under the interpreter a constexpr parameter hands its argument to the kernel body
+    unchanged, and the body runs exempt from the host-ops mode: a tensor passed that way
+    would be computed on in torch unseen.  Refused before the launch starts."""
+    import torch
+
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return
+    try:
+        names = list(inspect.signature(fn).parameters)
+        annotations = inspect.get_annotations(fn)
+    except (TypeError, ValueError):  # not a plain function: nothing the interpreter would hand over
+        return
+    constexprs = {name for name, ty in annotations.items() if "constexpr" in str(ty)}
+    passed = {**dict(zip(names, args)), **kwargs}
+    for name in constexprs & set(passed):
+        if isinstance(passed[name], torch.Tensor):
+            hostops.refuse(hostops.CONSTEXPR_TENSOR)
 
 
 def _checked_grid(grid):

@@ -135,6 +135,7 @@ class Types:
         defaults.update((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
         role = self._role(fn)
         for arg in [*positional, *args.kwonlyargs]:
+            self._bind(fn, arg.arg, ())  # bound, even if nothing reaches it: see lookup()
             if arg in defaults:
                 self._bind(fn, arg.arg, self.of(defaults[arg]))
             if role == "meta":

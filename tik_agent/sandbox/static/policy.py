@@ -137,6 +137,7 @@ SIZE_METHODS = frozenset({"numel", "index", "count"})
 
 # Under the interpreter a DSL value (tl.tensor) holds a numpy array in .handle, which
 # reaches numpy, ctypes and files: kernel code may read only what the DSL documents.
+# constexpr.value is left out: it hands back the raw Python object a launch passed.
 DSL_VALUE_ATTRS = frozenset(
     {
         "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and",
@@ -146,7 +147,7 @@ DSL_VALUE_ATTRS = frozenset(
         "histogram", "item", "log", "log2", "logical_and", "logical_or", "max", "min", "permute",
         "ravel", "reduce", "reduce_or", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "sort",
         "split", "sqrt", "sqrt_rn", "store", "sum", "to", "trans", "view", "xor_sum",
-        "shape", "dtype", "type", "numel", "element_ty", "scalar", "primitive_bitwidth", "value",
+        "shape", "dtype", "type", "numel", "element_ty", "scalar", "primitive_bitwidth",
         "is_floating", "is_int", "is_ptr", "is_block", "is_bool", "is_int_signed", "is_int_unsigned",
         "is_fp16", "is_bf16", "is_fp32", "is_fp64", "is_fp8", "is_standard_floating",
     }

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from tik_agent.sandbox.static import policy
 from tik_agent.sandbox.static.context import Context
 from tik_agent.sandbox.static.infer import plain
-from tik_agent.sandbox.static.kinds import DEVICE, DTYPE, INFO, KERNEL, META, SIZE, STR, TENSOR_LIKE
+from tik_agent.sandbox.static.kinds import DEVICE, DTYPE, FUNC, INFO, KERNEL, META, SIZE, STR, TENSOR_LIKE
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
 
@@ -41,9 +41,10 @@ def _check_builtins(ctx: Context) -> Iterator[Violation]:
             yield v("forbidden-builtin", node, "type() may only inspect a value, not create a class")
 
 
-def _bound_names(ctx: Context) -> set[str]:
-    names = set(ctx.aliases) | set(ctx.module_names)
-    for node in ast.walk(ctx.tree):
+def _bound_names(ctx: Context, within: ast.AST | None = None) -> set[str]:
+    """Names bound anywhere in ``within`` (the whole file, with its imports, by default)."""
+    names = set(ctx.aliases) | set(ctx.module_names) if within is None else set()
+    for node in ast.walk(within or ctx.tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
         elif isinstance(node, ast.arg):
@@ -51,6 +52,27 @@ def _bound_names(ctx: Context) -> set[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
     return names
+
+
+# Rationale: every name must be bound by the file itself (an import, an assignment, a
+# parameter, a def) or be a listed builtin.  Under the CPU interpreter, the first launch
+# copies the interpreter's own globals into the candidate's module (np, inspect, time,
+# the C extension): a free name such as inspect or time reaches frames and timers.
+@rule("unbound-name")
+def _check_unbound_names(ctx: Context) -> Iterator[Violation]:
+    """Every name read is bound in its scope by the file, or is a builtin."""
+    kernel_locals = {id(fn): _bound_names(ctx, fn) for fn in ctx.jit_functions}
+    module_level = set(ctx.aliases) | set(ctx.module_names)
+    for fn in ctx.jit_functions:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and ctx.in_kernel(node):
+                if node.id not in kernel_locals[id(fn)] | module_level and node.id not in policy.ALL_BUILTINS:
+                    yield v("unbound-name", node, f"name '{node.id}' is not bound in this file")
+    for node in ctx.host_nodes():
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            bound = node.id in ctx.aliases or ctx.types.lookup(node) is not None
+            if not bound and node.id not in policy.ALL_BUILTINS:
+                yield v("unbound-name", node, f"name '{node.id}' is not bound in this file")
 
 
 # Rationale: dunder names and attributes (__class__, __subclasses__, __globals__,
@@ -248,3 +270,30 @@ def _check_dsl_attributes(ctx: Context) -> Iterator[Violation]:
         if ctx.in_kernel(node) and isinstance(node, ast.Attribute) and ctx.resolve(node) is None:
             if node.attr not in policy.DSL_VALUE_ATTRS:
                 yield v("dsl-attribute", node, f"'.{node.attr}' is not a DSL member a kernel may use")
+
+
+# Rationale: under the interpreter a constexpr parameter receives the launch's argument
+# as it is: a tensor passed as a constexpr arrives in the kernel body as a torch tensor,
+# where its methods (sum, exp, sort, item ...) compute in torch while the host-ops mode
+# stands aside for the launch; a host function or lambda passed to a kernel runs there
+# too.  Constexprs take plain values (numbers, dtypes) or other @triton.jit functions.
+@rule("launch-argument")
+def _check_launch_arguments(ctx: Context) -> Iterator[Violation]:
+    """Launch arguments for constexpr parameters are plain values or kernels; no host functions are passed."""
+    kernels = {fn.name: fn for fn in ctx.jit_functions}
+    for node in ctx.host_nodes():
+        func = node.func if isinstance(node, ast.Call) else None
+        if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in kernels):
+            continue
+        params = kernels[func.value.id].args.args
+        constexprs = {a.arg for a in params if a.annotation is not None
+                      and (ctx.resolve(a.annotation) or "").endswith("constexpr")}
+        named = [(params[i].arg if i < len(params) else None, a) for i, a in enumerate(node.args)]
+        named += [(k.arg, k.value) for k in node.keywords]
+        for name, value in named:
+            types = ctx.types.of(value.value if isinstance(value, ast.Starred) else value)
+            if FUNC in types or isinstance(value, ast.Lambda):
+                yield v("launch-argument", value, f"'{_short(value)}' passes a host function to a kernel")
+            elif name in constexprs and not (plain(types) or types == {KERNEL}):
+                yield v("launch-argument", value, f"constexpr '{name}' gets '{_short(value)}', which is not shown to "
+                        "be a plain value (a tensor arrives in the kernel body as a torch tensor)")
