@@ -150,6 +150,7 @@ def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
     whatever else must be active around each call), for parity cases and timed
     calls alike.  Raises :class:`~tik_agent.sandbox.hostops.HostComputeError`
     when the call computed with torch outside a Triton launch."""
+    launches.install()  # idempotent; the host-ops mode relies on its launch exemption
     with poisoned_allocations(which), hostops.watching():
         return entry(*inputs, **dict(kwargs))
 
