@@ -21,7 +21,7 @@ from tik_agent.sandbox.static.registry import Violation, rule, v
 @rule("forbidden-builtin")
 def _check_builtins(ctx: Context) -> Iterator[Violation]:
     """No open/eval/exec/getattr/globals/..., no builtin outside a short list, no 3-argument type()."""
-    bound = _bound_names(ctx)
+    free = _FreeNames(ctx)
     for node in ast.walk(ctx.tree):
         if isinstance(node, ast.Name) and node.id in policy.FORBIDDEN_BUILTINS:
             yield v("forbidden-builtin", node, f"use of '{node.id}' is not allowed")
@@ -29,7 +29,7 @@ def _check_builtins(ctx: Context) -> Iterator[Violation]:
             isinstance(node, ast.Name)
             and node.id in policy.ALL_BUILTINS
             and node.id not in policy.ALLOWED_BUILTINS
-            and node.id not in bound
+            and free.is_free(node)
         ):
             yield v("forbidden-builtin", node, f"builtin '{node.id}' is not on the list a kernel file may use")
         elif (
@@ -41,10 +41,25 @@ def _check_builtins(ctx: Context) -> Iterator[Violation]:
             yield v("forbidden-builtin", node, "type() may only inspect a value, not create a class")
 
 
-def _bound_names(ctx: Context, within: ast.AST | None = None) -> set[str]:
-    """Names bound anywhere in ``within`` (the whole file, with its imports, by default)."""
-    names = set(ctx.aliases) | set(ctx.module_names) if within is None else set()
-    for node in ast.walk(within or ctx.tree):
+class _FreeNames:
+    """Whether a name read is bound by the file where it is read, or falls through to builtins."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.module_level = set(ctx.aliases) | set(ctx.module_names)
+        self.kernel_locals = {id(fn): _bound_in(fn) for fn in ctx.jit_functions}
+        self.kernel_of = {id(n): fn for fn in ctx.jit_functions for n in ast.walk(fn) if ctx.in_kernel(n)}
+
+    def is_free(self, node: ast.Name) -> bool:
+        fn = self.kernel_of.get(id(node))
+        if fn is not None:  # kernel code: the type inference does not cover it
+            return node.id not in self.kernel_locals[id(fn)] | self.module_level
+        return node.id not in self.ctx.aliases and self.ctx.types.lookup(node) is None
+
+
+def _bound_in(fn: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
         elif isinstance(node, ast.arg):
@@ -61,17 +76,10 @@ def _bound_names(ctx: Context, within: ast.AST | None = None) -> set[str]:
 @rule("unbound-name")
 def _check_unbound_names(ctx: Context) -> Iterator[Violation]:
     """Every name read is bound in its scope by the file, or is a builtin."""
-    kernel_locals = {id(fn): _bound_names(ctx, fn) for fn in ctx.jit_functions}
-    module_level = set(ctx.aliases) | set(ctx.module_names)
-    for fn in ctx.jit_functions:
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and ctx.in_kernel(node):
-                if node.id not in kernel_locals[id(fn)] | module_level and node.id not in policy.ALL_BUILTINS:
-                    yield v("unbound-name", node, f"name '{node.id}' is not bound in this file")
-    for node in ctx.host_nodes():
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            bound = node.id in ctx.aliases or ctx.types.lookup(node) is not None
-            if not bound and node.id not in policy.ALL_BUILTINS:
+    free = _FreeNames(ctx)
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in policy.ALL_BUILTINS:
+            if free.is_free(node):
                 yield v("unbound-name", node, f"name '{node.id}' is not bound in this file")
 
 
