@@ -226,3 +226,26 @@ def test_sandboxed_evaluation_rejects_host_compute(name, small_seed, eval_option
     assert verdict.outcome is Outcome.INTEGRITY_FAILED, f"{verdict.outcome.value}: {verdict.reason}"
     assert f"[host-compute] {_expected_op(path)}" in verdict.reason, verdict.reason
     assert "Traceback" not in verdict.reason
+
+
+KERNEL_WITH_CONSTEXPR = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x_ptr, OBJ: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs))
+"""
+
+
+@pytest.mark.parametrize("wrap", [lambda x: x, lambda x: (1, (x,)), lambda x: {"a": [x]}], ids=["tensor", "tuple", "dict"])
+def test_tensors_inside_constexprs_are_refused(tmp_path, wrap):
+    path = tmp_path / "k.py"
+    path.write_text(KERNEL_WITH_CONSTEXPR)
+    kernel = harness.load_kernel(path, "constexpr")._k
+    x = torch.ones(4)
+    kernel[(1,)](x, 3, BLOCK=4)  # a plain constexpr launches
+    with pytest.raises(hostops.HostComputeError, match="constexpr"):
+        guarded_call(lambda t: kernel[(1,)](t, wrap(t), BLOCK=4), [x], {})

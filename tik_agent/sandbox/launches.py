@@ -86,8 +86,18 @@ def _refuse_tensor_constexprs(kernel, args, kwargs) -> None:
     constexprs = {name for name, ty in annotations.items() if "constexpr" in str(ty)}
     passed = {**dict(zip(names, args)), **kwargs}
     for name in constexprs & set(passed):
-        if isinstance(passed[name], torch.Tensor):
+        if _holds_tensor(passed[name], torch.Tensor):
             hostops.refuse(hostops.CONSTEXPR_TENSOR)
+
+
+def _holds_tensor(value, tensor_type, depth: int = 0) -> bool:
+    if isinstance(value, tensor_type):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)) and depth < 8:
+        return any(_holds_tensor(v, tensor_type, depth + 1) for v in value)
+    return depth >= 8  # nesting deeper than any constexpr needs: refuse rather than walk on
 
 
 def _checked_grid(grid):
