@@ -424,3 +424,43 @@ def test_namespaces_used_in_place_pass() -> None:
         "    tl.store(x_ptr + offs, libdevice.rsqrt(tl.math.exp(x)) + tl.extra.libdevice.rsqrt(x))\n"
     )
     assert check_source(source) == []
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "y = x.view(-1)\nz = y.mul(2)",
+        "m = {'a': x}\nz = m['a'] * 2",
+        "for a, b in [(x, x)]:\n    c = a + b",
+        "s = x.shape\nz = s * x",
+        "f = torch.empty_like\nz = f(x) + 1",
+        "z = torch.finfo(x.dtype)\nw = z.max * x",
+        "it = x.unbind(0)\nw = it[0] + it[1]",
+        "g = (lambda v: v * 2)(x)",
+        "def h(v=1):\n    return v + 1\nw = h(v=x)",
+        "w = min(x.shape[0], x)",
+        "a, *rest = x, x\nq = rest[0] * 2",
+        "q = x.new_zeros(4) * 2",
+        "q = x.size(0).bit_length()",
+        "t = type(x)\nq = t.mul(x, 2)",
+        "q = torch.zeros_like(x)\nq += x",
+        "q = x.view(torch.int32) ^ 1",
+        "q = x[x > 0]",
+        "with torch.cuda.device(x.device) as d:\n    q = d * 2",
+        "q = x.shape.index(x)",
+        "q = '%s' % x",
+        "q = x.detach()",
+    ],
+)
+def test_host_compute_in_disguise_is_rejected(launcher: str) -> None:
+    assert check_source(candidate(launcher), entry="launch") != []
+
+
+@pytest.mark.parametrize(
+    "kernel_line",
+    ["q = x_ptr.dtype.element_ty.to_ir(None)", "f = tl.load\nq = f.fn", "q = tl.math.exp.fn", "q = n.handle"],
+)
+def test_kernel_escapes_are_rejected(kernel_line: str) -> None:
+    body = textwrap.indent(kernel_line, "    ")
+    source = HEADER + f"\n@triton.jit\ndef _k(x_ptr, n, BLOCK: tl.constexpr):\n{body}\n"
+    assert check_source(source) != []

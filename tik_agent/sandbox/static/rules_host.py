@@ -176,12 +176,14 @@ def _check_host_compute(ctx: Context) -> Iterator[Violation]:
 
 
 def _plain_arguments(ctx: Context, call: ast.Call) -> Iterator[Violation]:
-    """Arguments of numeric builtins, triton.cdiv/next_power_of_2 and math.* must be plain."""
+    """Arguments of numeric builtins, shape and str methods, triton.cdiv/next_power_of_2 and math.* must be plain."""
     func = call.func
     path = ctx.resolve(func) or ""
     numeric = path in ("triton.cdiv", "triton.next_power_of_2") or path.startswith("math.")
-    if isinstance(func, ast.Attribute) and path == "" and func.attr in ("format", "join"):
-        numeric = STR in ctx.types.of(func.value)  # formatting a tensor is torch compute, as in an f-string
+    if isinstance(func, ast.Attribute) and path == "":
+        # Methods of shapes and strings compare or format their arguments:
+        # x.shape.index(t) and '{}'.format(t) compute on a tensor.
+        numeric = bool(ctx.types.of(func.value) & {SIZE, STR})
     if isinstance(func, ast.Name) and func.id in policy.NUMERIC_BUILTINS and ctx.types.lookup(func) is None:
         numeric = numeric or func.id not in ctx.aliases
     if not numeric:
