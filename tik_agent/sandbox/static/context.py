@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,9 +47,22 @@ class Context:
             child, cursor = cursor, self.parent(cursor)
         return self.tree
 
-    def host_nodes(self) -> Iterator[ast.AST]:
+    @functools.cached_property
+    def nodes(self) -> list[ast.AST]:
+        """Every node of the file, walked once (the rules read this list many times)."""
+        return list(ast.walk(self.tree))
+
+    @functools.cached_property
+    def chains(self) -> list[ast.expr]:
+        return list(outermost_chains(self.tree))
+
+    def host_nodes(self) -> list[ast.AST]:
         """Every node outside @triton.jit functions."""
-        return (n for n in ast.walk(self.tree) if not self.in_kernel(n))
+        return self._host_nodes
+
+    @functools.cached_property
+    def _host_nodes(self) -> list[ast.AST]:
+        return [n for n in self.nodes if not self.in_kernel(n)]
 
 
 def _is_default_of(child: ast.AST, fn: ast.AST) -> bool:

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from tik_agent.sandbox.static import policy
-from tik_agent.sandbox.static.context import Context, decorator_path, outermost_chains, store_targets
+from tik_agent.sandbox.static.context import Context, decorator_path, store_targets
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
 
@@ -16,7 +16,7 @@ from tik_agent.sandbox.static.registry import Violation, rule, v
 @rule("import")
 def _check_imports(ctx: Context) -> Iterator[Violation]:
     """Imports come only from torch, triton, triton.language.*, math, typing, enum, __future__."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not policy.module_allowed(alias.name):
@@ -44,11 +44,11 @@ def _check_imports(ctx: Context) -> Iterator[Violation]:
 @rule("namespace-value")
 def _check_namespace_values(ctx: Context) -> Iterator[Violation]:
     """Modules and DSL namespaces are only used in place (tl.math.exp), never bound, passed or returned."""
-    for node in outermost_chains(ctx.tree):
+    for node in ctx.chains:
         path = ctx.resolve(node)
         if path is not None and policy.is_namespace(path):
             yield v("namespace-value", node, f"'{ast.unparse(node)}' is the module '{path}' used as a value")
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         names: list[tuple[ast.AST, str]] = []
         for target in store_targets(node):
             if isinstance(target, ast.Name):
@@ -72,7 +72,7 @@ def _check_namespace_values(ctx: Context) -> Iterator[Violation]:
 def _check_torch_api(ctx: Context) -> Iterator[Violation]:
     """Only allocation, dtype and device-query parts of torch."""
     yield from _check_api(ctx, ("torch",), "torch-api")
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         # torch.Tensor(...) and torch.dtype(...) are legacy constructors (torch.Tensor(storage)
         # wraps any storage): the classes are for isinstance() and annotations only.
         if isinstance(node, ast.Call) and ctx.resolve(node.func) in ("torch.Tensor", "torch.dtype"):
@@ -98,7 +98,7 @@ def _check_stdlib_api(ctx: Context) -> Iterator[Violation]:
 
 
 def _check_api(ctx: Context, roots: tuple[str, ...], rule_name: str) -> Iterator[Violation]:
-    for node in outermost_chains(ctx.tree):
+    for node in ctx.chains:
         path = ctx.resolve(node)
         if path is None or path.split(".")[0] not in roots or path.startswith("triton.autotune"):
             continue
@@ -112,10 +112,10 @@ def _check_api(ctx: Context, roots: tuple[str, ...], rule_name: str) -> Iterator
 def _check_autotune(ctx: Context) -> Iterator[Violation]:
     """No triton.autotune."""
     message = "triton.autotune selects configs by timing; pin the config"
-    for node in outermost_chains(ctx.tree):
+    for node in ctx.chains:
         if (ctx.resolve(node) or "").startswith("triton.autotune"):
             yield v("autotune", node, message)
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.ImportFrom) and node.module == "triton":
             if any(alias.name == "autotune" for alias in node.names):
                 yield v("autotune", node, message)
@@ -128,7 +128,7 @@ def _check_autotune(ctx: Context) -> Iterator[Violation]:
 def _check_decorators(ctx: Context) -> Iterator[Violation]:
     """Only @triton.jit and @triton.heuristics(...) decorate functions."""
     allowed = {"triton.jit", "triton.heuristics", "triton.autotune"}  # autotune: its own rule
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
                 if decorator_path(ctx.aliases, decorator) not in allowed:
@@ -141,7 +141,7 @@ def _check_decorators(ctx: Context) -> Iterator[Violation]:
 def _check_print(ctx: Context) -> Iterator[Violation]:
     """No print, tl.device_print or tl.static_print."""
     printers = {"triton.language.device_print", "triton.language.static_print"}
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Name) and node.id == "print":
             yield v("print", node, "print() is not allowed")
         elif isinstance(node, (ast.Attribute, ast.Name)) and ctx.resolve(node) in printers:

@@ -22,7 +22,7 @@ from tik_agent.sandbox.static.registry import Violation, rule, v
 def _check_builtins(ctx: Context) -> Iterator[Violation]:
     """No open/eval/exec/getattr/globals/..., no builtin outside a short list, no 3-argument type()."""
     free = _FreeNames(ctx)
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Name) and node.id in policy.FORBIDDEN_BUILTINS:
             yield v("forbidden-builtin", node, f"use of '{node.id}' is not allowed")
         elif (
@@ -77,7 +77,7 @@ def _bound_in(fn: ast.AST) -> set[str]:
 def _check_unbound_names(ctx: Context) -> Iterator[Violation]:
     """Every name read is bound in its scope by the file, or is a builtin."""
     free = _FreeNames(ctx)
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in policy.ALL_BUILTINS:
             if free.is_free(node):
                 yield v("unbound-name", node, f"name '{node.id}' is not bound in this file")
@@ -89,7 +89,7 @@ def _check_unbound_names(ctx: Context) -> Iterator[Violation]:
 @rule("dunder")
 def _check_dunders(ctx: Context) -> Iterator[Violation]:
     """No dunder names, attributes, parameters or strings (the __future__ import is fine)."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         names: list[str] = []
         if isinstance(node, ast.Name):
             names = [node.id]
@@ -117,7 +117,7 @@ def _check_dunders(ctx: Context) -> Iterator[Violation]:
 def _check_introspection(ctx: Context) -> Iterator[Violation]:
     """No frame/code/traceback attributes and no attribute or item access in format fields."""
     formatter = string.Formatter()
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Attribute) and node.attr in policy.INTROSPECTION_ATTRS:
             yield v("introspection", node, f"attribute '{node.attr}' reaches frames or code objects")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "{" in node.value:
@@ -260,7 +260,7 @@ def _check_kernel_scope(ctx: Context) -> Iterator[Violation]:
     helpers = {
         s.name for s in ctx.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name not in kernels
     }
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if not ctx.in_kernel(node) or not isinstance(node, (ast.Name, ast.Attribute)):
             continue
         path = ctx.resolve(node) if isinstance(node, ast.Name) else None
@@ -276,7 +276,7 @@ def _check_kernel_scope(ctx: Context) -> Iterator[Violation]:
 @rule("dsl-attribute")
 def _check_dsl_attributes(ctx: Context) -> Iterator[Violation]:
     """Inside @triton.jit functions, attributes of values are limited to the DSL's tensor and dtype members."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if ctx.in_kernel(node) and isinstance(node, ast.Attribute) and ctx.resolve(node) is None:
             if node.attr not in policy.DSL_VALUE_ATTRS:
                 yield v("dsl-attribute", node, f"'.{node.attr}' is not a DSL member a kernel may use")

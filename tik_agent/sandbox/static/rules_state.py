@@ -75,7 +75,7 @@ def _is_constant(ctx: Context, node: ast.expr, constants: set[str]) -> bool:
 @rule("global")
 def _check_global(ctx: Context) -> Iterator[Violation]:
     """No global or nonlocal statements."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             yield v("global", node, f"'{type(node).__name__.lower()}' statement is not allowed")
 
@@ -90,7 +90,7 @@ def _check_defaults(ctx: Context) -> Iterator[Violation]:
     """Default arguments are numbers, strings, None, module-level constants or dtypes; nothing else."""
     constants = {t.id for stmt in ctx.tree.body for t in flatten_targets(assignment_targets(stmt))
                  if isinstance(t, ast.Name) and isinstance(stmt, (ast.Assign, ast.AnnAssign))}
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
                 if not _constant_default(ctx, default, constants):
@@ -118,7 +118,7 @@ def _constant_default(ctx: Context, node: ast.expr, constants: set[str]) -> bool
 @rule("class")
 def _check_classes(ctx: Context) -> Iterator[Violation]:
     """No class definitions."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.ClassDef):
             yield v("class", node, f"class '{node.name}' is not allowed")
 
@@ -127,7 +127,7 @@ def _check_classes(ctx: Context) -> Iterator[Violation]:
 @rule("async")
 def _check_async(ctx: Context) -> Iterator[Violation]:
     """No async functions, await, async for or async with."""
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
             yield v("async", node, "async code is not allowed")
 
@@ -139,7 +139,7 @@ def _check_async(ctx: Context) -> Iterator[Violation]:
 def _check_kernel_attribute(ctx: Context) -> Iterator[Violation]:
     """Kernels are only launched (kernel[grid](...)), never inspected or changed."""
     kernels = {fn.name for fn in ctx.jit_functions}
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in kernels:
             yield v("kernel-attribute", node, f"'{ast.unparse(node)}' reaches into a compiled kernel")
 
@@ -151,7 +151,7 @@ def _stores(ctx: Context) -> Iterator[tuple[ast.AST, ast.expr, bool]]:
     comprehension targets (``for x.data in ...``).
     """
     roots = set(ctx.aliases) | set(ctx.module_names)
-    for node in ast.walk(ctx.tree):
+    for node in ctx.nodes:
         for target in store_targets(node):
             if isinstance(target, (ast.Attribute, ast.Subscript)):
                 yield node, target, root_name(target) in roots
