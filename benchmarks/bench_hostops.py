@@ -6,7 +6,8 @@ Each seed is called on a small input (one row block, so the launch itself is
 short and the fixed cost shows) three ways, alternating so that drift hits all
 of them: the bare entry, guarded_call with the mode switched off (poisoned
 allocations only), and guarded_call as the worker runs it.  Medians of
---repeat batches of --calls calls, in milliseconds per call.
+--repeat batches of --calls calls, in milliseconds per call; then the mode's
+fixed cost per call on a launcher that only allocates and takes a view.
 """
 
 from __future__ import annotations
@@ -66,6 +67,19 @@ def main() -> None:
             samples["on"].append(_batch(lambda: harness.guarded_call(entry, inputs, kwargs), args.calls))
         bare, off, on = (statistics.median(samples[k]) for k in ("bare", "off", "on"))
         print(f"| {name} | {bare:.3f} | {off:.3f} | {on:.3f} | {on - off:+.3f} | {on / off:.3f} |")
+    # The fixed cost alone: a launcher that only allocates and takes a view.
+    trivial = lambda x: torch.empty_like(x).view(-1)  # noqa: E731
+    x = torch.ones(4, 4)
+    off, on = [], []
+    for _ in range(args.repeat):
+        harness.hostops.watching = contextlib.nullcontext
+        try:
+            off.append(_batch(lambda: harness.guarded_call(trivial, [x], {}), args.calls * 50))
+        finally:
+            harness.hostops.watching = watching
+        on.append(_batch(lambda: harness.guarded_call(trivial, [x], {}), args.calls * 50))
+    fixed = (statistics.median(on) - statistics.median(off)) * 1e3
+    print(f"\nfixed cost of the mode per call (allocation + view launcher): {fixed:.1f} us")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ class HostComputeError(RuntimeError):
 @dataclass
 class _State(threading.local):
     exempt_depth: int = 0
+    watching: int = 0  # depth of watching() on this thread
     violations: list[str] = field(default_factory=list)
 
 
@@ -162,6 +163,7 @@ def prepare() -> None:
     torch's first dispatch-mode use sets environment variables, which the hook forbids."""
     import torch
 
+    _guard_undispatched_methods()
     with _mode_class()():
         torch.empty(0)
 
@@ -173,27 +175,24 @@ _UNDISPATCHED = ("tolist", "numpy", "__array__", "__repr__", "__str__", "__forma
                  "untyped_storage", "storage", "_typed_storage", "data_ptr", "__reduce_ex__")
 
 
-@contextmanager
-def _undispatched_methods_refused():
+@functools.cache
+def _guard_undispatched_methods() -> None:
+    """Wrap the undispatched tensor methods once: while a call is watched (and not
+    inside a launch) they refuse; otherwise they behave as before.  Installed once
+    rather than patched per call, because patching a type costs tens of microseconds
+    per call inside the timed region."""
     import torch
-
-    originals = {name: getattr(torch.Tensor, name) for name in _UNDISPATCHED}
 
     def refusing(name, original):
         def method(self, *args, **kwargs):
-            if _STATE.exempt_depth == 0:
+            if _STATE.watching and _STATE.exempt_depth == 0:
                 refuse(outside(f"torch.Tensor.{name}"))
             return original(self, *args, **kwargs)
 
         return method
 
-    for name, original in originals.items():
-        setattr(torch.Tensor, name, refusing(name, original))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+    for name in _UNDISPATCHED:
+        setattr(torch.Tensor, name, refusing(name, getattr(torch.Tensor, name)))
 
 
 @contextmanager
@@ -204,11 +203,14 @@ def watching():
     raised at the op itself: the first violation is what the verdict reports,
     even when the body then failed in some other way.
     """
+    _guard_undispatched_methods()
     before = len(_STATE.violations)
+    _STATE.watching += 1
     try:
-        with _mode_class()(), _undispatched_methods_refused():
+        with _mode_class()():
             yield
     finally:
+        _STATE.watching -= 1
         caught = _STATE.violations[before:]
         del _STATE.violations[before:]
         if caught:
