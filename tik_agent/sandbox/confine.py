@@ -110,8 +110,11 @@ def _no_new_privs() -> None:
         raise ConfineError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
-def apply_landlock(read: Sequence[str], write: Sequence[str]) -> int:
-    """Restrict this process (and what it execs) to ``read`` and ``write``; return the ABI used."""
+def apply_landlock(read: Sequence[str], write: Sequence[str], listable: Sequence[str] = ()) -> int:
+    """Restrict this process (and what it execs) to ``read`` and ``write``; return the ABI used.
+
+    ``listable`` directories may be listed (not read): Python's import system lists
+    a ``sys.path`` entry to find a package in it."""
     abi = landlock_abi()
     if abi < 1:
         raise ConfineError(errno.ENOSYS, "Landlock is not available in this kernel")
@@ -124,7 +127,7 @@ def apply_landlock(read: Sequence[str], write: Sequence[str]) -> int:
     if ruleset < 0:
         raise ConfineError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        rules = [(p, _READ_RIGHTS) for p in read] + [(p, fs) for p in write]
+        rules = [(p, _READ_DIR) for p in listable] + [(p, _READ_RIGHTS) for p in read] + [(p, fs) for p in write]
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -168,14 +171,14 @@ def apply_seccomp() -> None:
 
 
 def confine(policy: dict) -> list[str]:
-    """Apply ``policy`` (keys ``landlock``, ``seccomp``, ``read``, ``write``); return the layers applied."""
+    """Apply ``policy`` (keys ``landlock``, ``seccomp``, ``read``, ``write``, ``list``); return the layers applied."""
     _no_new_privs()
     layers = ["nnp"]
     if policy.get("seccomp"):
         apply_seccomp()
         layers.append("seccomp")
     if policy.get("landlock"):
-        apply_landlock(policy.get("read", ()), policy.get("write", ()))
+        apply_landlock(policy.get("read", ()), policy.get("write", ()), policy.get("list", ()))
         layers.append("landlock")
     return layers
 

@@ -130,7 +130,8 @@ class Isolation:
         argv = list(argv)
         if self.landlock or self.seccomp:
             read, write = _landlock_paths(workdir, own_proc="pid" in self.namespaces)
-            policy = {"landlock": self.landlock, "seccomp": self.seccomp, "read": read, "write": write}
+            policy = {"landlock": self.landlock, "seccomp": self.seccomp, "read": read, "write": write,
+                      "list": [_package_root()]}
             argv = confine.launcher_argv(sys.executable, _package_root(), policy, argv)
         if self.drop_uid:
             argv = [_tool("setpriv"), *_SETPRIV, *argv]

@@ -73,6 +73,7 @@ _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,9 @@ def run_sandboxed(
         returncode, killed_by = None, int(signal.SIGKILL)
     elif status < 0:
         returncode, killed_by = None, -status
+    elif iso.mechanism != "process" and status > 128 and status - 128 in _SIGNALS:
+        # bwrap and unshare report a signalled child as 128 + the signal number.
+        returncode, killed_by = None, status - 128
     else:
         returncode, killed_by = status, None
     return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr, iso.report())
