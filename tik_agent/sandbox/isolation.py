@@ -27,6 +27,7 @@ probe fails and the next mechanism is used, with its notice.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import importlib.util
@@ -76,6 +77,7 @@ class IsolationReport:
     level: str
     mechanism: str
     layers: tuple[str, ...]
+    why: str = ""  # why a stronger mechanism was not used (not recorded)
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -85,8 +87,9 @@ class IsolationReport:
         """One line for the screen when the isolation is not full, else None."""
         if self.level == FULL:
             return None
-        return (f"sandbox: {self.level} isolation only ({self.mechanism}); missing: {', '.join(self.missing)} "
-                f"- install bubblewrap (apt-get install bubblewrap) for full isolation")
+        why = f" ({self.why})" if self.why else ""
+        return (f"sandbox: {self.level} isolation only, by {self.mechanism}{why}; missing: "
+                f"{', '.join(self.missing)}; full isolation needs bubblewrap and Landlock or seccomp")
 
     def to_dict(self) -> dict:
         return {"level": self.level, "mechanism": self.mechanism, "layers": list(self.layers)}
@@ -105,6 +108,7 @@ class Isolation:
     drop_uid: bool = False          # root parent: the program runs as nobody
     landlock: bool = False
     seccomp: bool = False
+    why: str = ""                   # why a stronger mechanism was not used
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -113,7 +117,7 @@ class Isolation:
         return tuple(layer for layer in LAYERS if layer in held)
 
     def report(self) -> IsolationReport:
-        return IsolationReport(level_of(self.layers), self.mechanism, self.layers)
+        return IsolationReport(level_of(self.layers), self.mechanism, self.layers, self.why)
 
     def prepare(self, workdir: Path) -> None:
         """Make ``workdir`` writable by the uid the program will run as."""
@@ -267,30 +271,35 @@ def _nobody_can_run_python() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def best() -> Isolation:
-    """The strongest isolation this machine gives, probed once; notices say what is missing."""
+    """The strongest isolation this machine gives, probed once; ``why`` says what was skipped."""
     landlock = confine.landlock_abi() >= 1
     seccomp = confine.seccomp_available()
     root = os.geteuid() == 0
+    skipped = []
     candidates = []
     if shutil.which("bwrap"):
         candidates.append(Isolation("bwrap", _CONTAINED, root, landlock, seccomp))
     else:
-        log.warning("sandbox: bubblewrap (bwrap) is not installed; trying util-linux unshare/setpriv")
+        skipped.append("bwrap: not installed")
     if shutil.which("unshare"):
         drop = root and bool(shutil.which("setpriv")) and _nobody_can_run_python()
         user = ("user",) if drop or not root else ()
         candidates.append(Isolation("unshare", (*user, "pid", "net"), drop, landlock, seccomp))
+    else:
+        skipped.append("unshare: not installed")
     for isolation in candidates:
         why = _probe(isolation)
         if why is None:
-            return isolation
-        log.warning("sandbox: %s does not work here (%s); trying the next mechanism", isolation.mechanism, why)
+            return dataclasses.replace(isolation, why="; ".join(skipped))
+        skipped.append(f"{isolation.mechanism}: {why}")
+        log.debug("sandbox: %s does not work here (%s)", isolation.mechanism, why)
     from tik_agent.sandbox.process import network_isolation_available
 
     fallback = Isolation("process", ("net",) if network_isolation_available() else (), False, landlock, seccomp)
-    if (landlock or seccomp) and _probe(fallback) is not None:
+    if (landlock or seccomp) and (why := _probe(fallback)) is not None:
+        skipped.append(f"seccomp/landlock: {why}")
         fallback = Isolation("process", fallback.namespaces)
-    return fallback
+    return dataclasses.replace(fallback, why="; ".join(skipped))
 
 
 def require(mode: str) -> IsolationReport:
@@ -299,6 +308,7 @@ def require(mode: str) -> IsolationReport:
         raise UsageError(f"--sandbox: unknown mode {mode!r}; expected one of {list(MODES)}")
     report = best().report()
     if mode == "strict" and report.level != FULL:
-        raise UsageError(f"--sandbox strict: this machine gives only {report.level} isolation ({report.mechanism}); "
-                         f"missing: {', '.join(report.missing)}")
+        why = f" ({report.why})" if report.why else ""
+        raise UsageError(f"--sandbox strict: this machine gives only {report.level} isolation, by "
+                         f"{report.mechanism}{why}; missing: {', '.join(report.missing)}")
     return report

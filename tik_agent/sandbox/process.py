@@ -40,12 +40,15 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
+
+from tik_agent.redaction import SECRET_NAME
 
 if TYPE_CHECKING:
     from tik_agent.sandbox.isolation import Isolation, IsolationReport
@@ -62,12 +65,7 @@ _INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "CUD
 _FIXED = {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Names that look like credentials never reach the child, whoever asks.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
-    r"^(ANTHROPIC|OPENAI|AWS|AZURE|GOOGLE|GCP|GCLOUD|GH|GITHUB|GITLAB|HF|HUGGING\w*|WANDB|"
-    r"SSH|GPG|NPM|PYPI|TWINE|DOCKER|SLACK|STRIPE|DATABASE|REDIS|MONGO|POSTGRES|PG)_",
-    re.IGNORECASE,
-)
+_SECRET_NAME = SECRET_NAME
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -240,6 +238,26 @@ def _read_tail(handle: BinaryIO, limit: int = OUTPUT_TAIL_BYTES) -> str:
     handle.seek(max(0, size - limit))
     text = handle.read(limit).decode("utf-8", errors="replace")
     return f"[... {size - limit} bytes trimmed ...]\n{text}" if size > limit else text
+
+
+def open_worker_file(path: Path) -> BinaryIO | None:
+    """A file the child left in its directory, opened for reading; None if there is none.
+
+    Never through a symlink and only a regular file: a child that leaves
+    ``result.json`` pointing at a secret file of the parent's only gets a refusal.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        logger.warning("refusing to read %s from the sandbox: %s", path, err)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        logger.warning("refusing to read %s from the sandbox: not a regular file", path)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def _kill_group(pgid: int) -> None:
