@@ -33,6 +33,9 @@ KEY_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}"),
     re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/\-]{16,}=*"),
     re.compile(r"(?i)\b((?:x-)?api[-_]?key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9._\-]{16,}"),
+    # GitHub, AWS access key ids, Hugging Face, Slack: the shapes most often found in dotfiles.
+    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|"
+               r"xox[abprs]-[A-Za-z0-9-]{10,})"),
 )
 # Values this common are settings, not secrets, even under a credential-like name.
 _NOT_SECRET = frozenset({"true", "false", "none", "null", "localhost"})
