@@ -133,7 +133,7 @@ def _grab():
         except Exception as exc:
             found.append(f"{{path}}: {{type(exc).__name__}}")
     found.append(repr(dict(os.environ)))
-    return " | ".join(found)
+    return " | ".join(found + ["HOSTILE-RAN"])  # at both ends: the evaluator keeps a message's tail
 """
 
 AT_CALL = GRAB + """
@@ -209,7 +209,7 @@ def _candidates(secrets, tmp_path: Path) -> list[Path]:
 def test_eval_of_hostile_candidates_and_a_seed_leaks_nothing(secrets, tmp_path) -> None:
     seed = str(REPO / "tik_agent/seed_kernels/rmsnorm/kernel.py")
     runs = [["eval", str(c), "--seed", "rmsnorm", "--json", "--no-timing"] for c in _candidates(secrets, tmp_path)]
-    runs.append(["eval", seed, "--seed", "rmsnorm", "--json", "--rounds", "1"])
+    runs.append(["eval", seed, "--seed", "rmsnorm", "--json", "--no-timing"])
     text = _drive(secrets, tmp_path, runs, bare=False)
     assert "EXIT CODES [1, 1, 0]" in text, text[-3000:]
     assert text.count("HOSTILE-RAN") >= 2  # the hostile code did run, and its report came back
