@@ -33,6 +33,7 @@ from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import scrub_text, scrub_worker_data
+from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
 from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.schema import KernelSpec
@@ -166,6 +167,9 @@ def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | N
     tail = (proc.stderr or "")[-3000:]
     if proc.timed_out:
         return Verdict(Outcome.TIMEOUT, f"killed after the {timeout_s:g} s wall-clock limit", worker_log=tail)
+    if result is None and proc.returncode == EXIT_CONFINE_FAILED:
+        return Verdict(Outcome.CRASHED, "the sandbox could not confine the worker (seccomp or Landlock "
+                       "failed to apply); nothing ran", worker_log=tail)
     if result is None:
         how = f"signal {proc.signal}" if proc.signal else f"exit code {proc.returncode}"
         return Verdict(Outcome.CRASHED, f"the worker died ({how}) without a result", worker_log=tail)
