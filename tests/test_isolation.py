@@ -361,3 +361,15 @@ def test_no_notice_when_full(monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setattr(isolation, "best", lambda: isolation.Isolation("bwrap", isolation._CONTAINED, False, True, True))
     assert cli.run(["eval", str(bad), "--seed", "rmsnorm", "--json", "--sandbox", "strict"]) == 1
     assert "sandbox:" not in capsys.readouterr().err
+
+
+def test_optimize_strict_exits_2_before_creating_the_run(monkeypatch, capsys, tmp_path) -> None:
+    from tik_agent import cli
+
+    monkeypatch.setattr(isolation, "best", lambda: isolation.Isolation("unshare", ("pid", "net"), why="bwrap: x"))
+    run_dir = tmp_path / "run"
+    argv = ["optimize", "rmsnorm", "--agent", "offline", "--iterations", "1", "--run-dir", str(run_dir)]
+    assert cli.run(argv + ["--sandbox", "strict"]) == 2
+    err = capsys.readouterr().err
+    assert "--sandbox strict" in err and "unshare" in err and "mount" in err
+    assert not run_dir.exists() or not any(run_dir.iterdir())
