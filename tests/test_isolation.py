@@ -373,3 +373,18 @@ def test_optimize_strict_exits_2_before_creating_the_run(monkeypatch, capsys, tm
     err = capsys.readouterr().err
     assert "--sandbox strict" in err and "unshare" in err and "mount" in err
     assert not run_dir.exists() or not any(run_dir.iterdir())
+
+
+@needs_full
+def test_unshare_fallback_still_holds_the_boundary(world, tmp_path) -> None:
+    """The next mechanism down (no bwrap): PID and network namespaces, Landlock for the files."""
+    if not shutil.which("unshare"):
+        pytest.skip("util-linux unshare is not installed")
+    fallback = isolation.Isolation("unshare", ("pid", "net"), False, landlock=True, seccomp="seccomp" in REPORT.layers)
+    assert fallback.report().level == "partial" and "mount" in fallback.report().missing
+    out, marker = _probe(world, tmp_path, isolation_choice=fallback, env_secret=f"env-{world['secret']}")
+    assert len(out["proc"]) <= 4 and world["secret"] not in json.dumps(out)
+    assert all(out[f"dotfile{i}"].startswith("denied") for i in range(len(world["dotfiles"])))
+    assert all(out[f"write_out_{r}"].startswith("denied") for r in ("py_open", "c_open", "c_creat", "storage"))
+    assert out["write_in_storage"] == "ok" and out["connect"].startswith("denied")
+    assert _wait_gone(marker)

@@ -27,9 +27,12 @@ from tik_agent.judge import evaluate as evaluation
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import REDACTED, scrub_text, scrub_worker_data, secret_values
 from tik_agent.run.runconfig import Limits, RunConfig
+from tik_agent.sandbox.isolation import best
 from tik_agent.sandbox.process import SandboxResult, open_worker_file
+from seedutil import small_rmsnorm
 
 REPO = Path(__file__).resolve().parents[1]
+REPORT_LEVEL = best().report().level
 
 
 # --- the scrub -------------------------------------------------------------------------------------------
@@ -164,7 +167,8 @@ def secrets(tmp_path_factory):
     tmp.chmod(0o777)
     env = dict(os.environ, ANTHROPIC_API_KEY=values["env"], MY_DB_PASSWORD=values["plain"], HOME=str(home),
                TMPDIR=str(tmp), PYTHONPATH=str(REPO))
-    return {"values": values, "env": env, "dotfile": str(dotfile), "tmp": tmp, "home": home}
+    seed = small_rmsnorm(tmp_path_factory.mktemp("seed"))
+    return {"values": values, "env": env, "dotfile": str(dotfile), "tmp": tmp, "home": home, "seed": str(seed)}
 
 
 def _everything_under(path: Path) -> str:
@@ -207,11 +211,12 @@ def _candidates(secrets, tmp_path: Path) -> list[Path]:
 
 @pytest.mark.slow
 def test_eval_of_hostile_candidates_and_a_seed_leaks_nothing(secrets, tmp_path) -> None:
-    seed = str(REPO / "tik_agent/seed_kernels/rmsnorm/kernel.py")
-    runs = [["eval", str(c), "--seed", "rmsnorm", "--json", "--no-timing"] for c in _candidates(secrets, tmp_path)]
-    runs.append(["eval", seed, "--seed", "rmsnorm", "--json", "--no-timing"])
+    seed = secrets["seed"]
+    runs = [["eval", str(c), "--seed", seed, "--json", "--no-timing"] for c in _candidates(secrets, tmp_path)]
+    runs.append(["eval", str(Path(seed) / "kernel.py"), "--seed", seed, "--json", "--rounds", "1"])
     text = _drive(secrets, tmp_path, runs, bare=False)
     assert "EXIT CODES [1, 1, 0]" in text, text[-3000:]
+    assert '"level": "full"' in text or REPORT_LEVEL != "full"  # each verdict says which isolation held
     assert text.count("HOSTILE-RAN") >= 2  # the hostile code did run, and its report came back
     assert _leaks(secrets, text) == [] and _leaks(secrets, _everything_under(tmp_path)) == []
     assert _leaks(secrets, _everything_under(secrets["tmp"])) == []
@@ -221,7 +226,8 @@ def test_eval_of_hostile_candidates_and_a_seed_leaks_nothing(secrets, tmp_path) 
 def test_eval_under_the_bare_process_sandbox_is_scrubbed(secrets, tmp_path) -> None:
     """Here the candidate can read the parent's environment and the dotfile: the scrub must catch both."""
     at_call = _candidates(secrets, tmp_path)[0]
-    text = _drive(secrets, tmp_path, [["eval", str(at_call), "--seed", "rmsnorm", "--json", "--no-timing"]], bare=True)
+    text = _drive(secrets, tmp_path, [["eval", str(at_call), "--seed", secrets["seed"], "--json", "--no-timing"]],
+                  bare=True)
     assert "HOSTILE-RAN" in text and REDACTED in text  # it reached secrets, and they were replaced
     assert _leaks(secrets, text) == []
 
@@ -229,7 +235,7 @@ def test_eval_under_the_bare_process_sandbox_is_scrubbed(secrets, tmp_path) -> N
 @pytest.mark.slow
 def test_offline_optimize_run_leaks_nothing(secrets, tmp_path) -> None:
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "tik_agent", "optimize", "rmsnorm", "--agent", "offline", "--iterations", "2",
+    cmd = [sys.executable, "-m", "tik_agent", "optimize", secrets["seed"], "--agent", "offline", "--iterations", "2",
            "--rounds", "1", "--run-dir", str(run_dir)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=secrets["env"], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
