@@ -204,7 +204,7 @@ def _bwrap_args(workdir: Path, *, root: bool, keep_private: Sequence[str]) -> li
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]
     if not root:
-        args += ["--unshare-user", "--disable-userns"]
+        args += ["--unshare-user", *(["--disable-userns"] if _bwrap_knows("--disable-userns") else [])]
     made: set[str] = {"/"}
 
     def bind(kind: str, path: str) -> None:
@@ -240,6 +240,16 @@ def _bwrap_args(workdir: Path, *, root: bool, keep_private: Sequence[str]) -> li
         if entry not in keep_private:
             args.extend(["--ro-bind", str(workdir / entry), str(workdir / entry)])
     return args + ["--chdir", str(workdir), "--remount-ro", "/"]
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_knows(option: str) -> bool:
+    """Whether this bubblewrap has ``option`` (--disable-userns came with 0.8)."""
+    try:
+        text = subprocess.run([_tool("bwrap"), "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in text
 
 
 def _probe(isolation: Isolation) -> str | None:
