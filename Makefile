@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 		$(BIN)/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
 	$(BIN)/pip install -q -e '.[test]'
+	@$(BIN)/pip install -q -e '.[sandbox]' || \
+		echo "notice: pyseccomp did not install; the evaluation sandbox runs without its seccomp layer"
+	@sh scripts/install-sandbox-tools.sh
 	@touch $(STAMP)
 
 # A short offline optimisation of rmsnorm: no API key, no GPU; under five

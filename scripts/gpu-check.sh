@@ -18,6 +18,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   "$PY" -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'gpu', torch.cuda.is_available())"
+  # Which OS isolation the evaluations below run under (bwrap with /dev/nvidia* bound is untested on GPUs).
+  "$PY" -c "from tik_agent.sandbox.isolation import best; r = best().report(); print('isolation', r.level, r.mechanism, ','.join(r.layers), r.why)"
 } 2>&1 | tee "$OUT/environment.txt"
 
 timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/pytest-cuda.txt"

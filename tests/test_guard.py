@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tik_agent.sandbox.isolation import PROCESS
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,7 +158,9 @@ def guarded_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     script.write_text(CHILD)
     env = scrubbed_environment({"TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}, workdir=sandbox)
     argv = [sys.executable, str(script), str(outside), json.dumps({k: v[0] for k, v in PROBES.items()}), str(LEGIT)]
-    result = run_sandboxed(argv, sandbox, SandboxLimits(wall_seconds=120), env)
+    # The bare process sandbox: this tests the audit hook alone, not the OS layers
+    # (which would hide `outside` and answer before the hook is asked).
+    result = run_sandboxed(argv, sandbox, SandboxLimits(wall_seconds=120), env, isolation=PROCESS)
     assert result.returncode == 0, result.stderr
     results = json.loads((sandbox / "results.json").read_text())
     # Nothing the guard denied may have happened anyway.

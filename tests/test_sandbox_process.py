@@ -44,12 +44,37 @@ def process_gone(pid: int, within: float = 5.0) -> bool:
     return False
 
 
-SPAWN_GRANDCHILD = """
+def marked_gone(marker: str, within: float = 5.0) -> bool:
+    """True once no live process on this machine has ``marker`` in its command line.
+
+    By command line, not pid: inside a PID namespace the child sees other pids."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                    alive.append(proc.name)
+            except OSError:
+                continue
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def spawn_grandchild(marker: str) -> str:
+    return f"""
     import subprocess, sys, time
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", {marker!r}])
     with open("grandchild.pid", "w") as handle:
         handle.write(str(child.pid))
 """
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> str:
+    return f"tik-grandchild-{tmp_path.name}-{time.monotonic_ns()}"
 
 
 def test_exit_code_is_reported(tmp_path: Path) -> None:
@@ -70,20 +95,36 @@ def test_success_runs_in_workdir_without_stdin(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [str(tmp_path.resolve()), "''"]
 
 
-def test_timeout_kills_child_and_grandchild(tmp_path: Path) -> None:
-    code = SPAWN_GRANDCHILD + "    time.sleep(1000)\n"
+def test_timeout_kills_child_and_grandchild(tmp_path: Path, marker: str) -> None:
+    code = spawn_grandchild(marker) + "    time.sleep(1000)\n"
     start = time.monotonic()
     result = run_python(tmp_path, code, SandboxLimits(wall_seconds=1.5))
     assert time.monotonic() - start < 10
     assert result.timed_out and result.returncode is None and result.signal == signal.SIGKILL
     assert 1.5 <= result.wall_seconds < 10
-    assert process_gone(int((tmp_path / "grandchild.pid").read_text()))
+    assert (tmp_path / "grandchild.pid").read_text()
+    assert marked_gone(marker)
 
 
-def test_grandchild_of_a_finished_child_is_killed(tmp_path: Path) -> None:
-    result = run_python(tmp_path, SPAWN_GRANDCHILD)
+def test_grandchild_of_a_finished_child_is_killed(tmp_path: Path, marker: str) -> None:
+    result = run_python(tmp_path, spawn_grandchild(marker))
     assert result.ok, result.stderr
-    assert process_gone(int((tmp_path / "grandchild.pid").read_text()))
+    assert (tmp_path / "grandchild.pid").read_text()
+    assert marked_gone(marker)
+
+
+def test_marked_gone_sees_a_live_process(marker: str) -> None:
+    """Negative control: the marker search finds a process that is still running."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        time.sleep(0.2)
+        assert not marked_gone(marker, within=0.5)
+    finally:
+        child.kill()
+        child.wait()
+    assert marked_gone(marker)
 
 
 def test_chatty_child_does_not_hang_and_output_is_trimmed(tmp_path: Path) -> None:
@@ -204,7 +245,8 @@ def test_network_is_isolated(tmp_path: Path) -> None:
     assert result.stdout.strip() == "['lo']"
 
 
-def test_keyboard_interrupt_kills_the_group_and_reraises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyboard_interrupt_kills_the_group_and_reraises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        marker: str) -> None:
     pid_file = tmp_path / "grandchild.pid"
 
     def interrupted(pid: int, deadline: float) -> bool:
@@ -214,8 +256,8 @@ def test_keyboard_interrupt_kills_the_group_and_reraises(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(process, "_wait_without_reaping", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_python(tmp_path, SPAWN_GRANDCHILD + "    time.sleep(1000)\n")
-    assert process_gone(int(pid_file.read_text()))
+        run_python(tmp_path, spawn_grandchild(marker) + "    time.sleep(1000)\n")
+    assert marked_gone(marker)
 
 
 def test_missing_executable_raises(tmp_path: Path) -> None:

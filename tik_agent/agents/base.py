@@ -19,12 +19,12 @@ construction as a second line of defence.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tik_agent.errors import TikError
+from tik_agent.redaction import KEY_PATTERNS as _KEY_PATTERNS, REDACTED, redact  # noqa: F401  (re-exported)
 
 OUTCOMES: frozenset[str] = frozenset(
     {
@@ -39,30 +39,6 @@ OUTCOMES: frozenset[str] = frozenset(
         "no_code",
     }
 )
-
-# Shapes of provider credentials: Anthropic ("sk-ant-..."), OpenAI ("sk-...",
-# "sk-proj-..."), and anything sent as a bearer token.  Deliberately broad: a
-# false positive costs a few characters of a prompt, a false negative leaks a key.
-_KEY_PATTERNS = (
-    re.compile(r"\bsk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}"),
-    re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/\-]{16,}=*"),
-    re.compile(r"(?i)\b((?:x-)?api[-_]?key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9._\-]{16,}"),
-)
-REDACTED = "[REDACTED]"
-
-
-def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` with every given secret and anything shaped like an API key replaced."""
-    for secret in secrets:
-        if secret and len(secret) >= 8:
-            text = text.replace(secret, REDACTED)
-    for pattern in _KEY_PATTERNS:
-        if pattern.groups:
-            text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
-        else:
-            text = pattern.sub(REDACTED, text)
-    return text
-
 
 class AgentUnavailable(TikError):
     """The provider failed after the SDK's own retries (or refused our credentials).

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
-from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, console
+from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, console
 from tik_agent.errors import UsageError
 
 
@@ -22,6 +22,7 @@ def eval_candidate(
     timeout: float = typer.Option(900.0, help="Wall-clock limit of each sandboxed worker, seconds."),
     rounds: int = typer.Option(5, help="Interleaved timing rounds."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
+    sandbox: str = typer.Option("auto", "--sandbox", help=SANDBOX_HELP),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import EvalOptions, evaluate
@@ -29,6 +30,7 @@ def eval_candidate(
     if not candidate.is_file():
         raise UsageError(f"{candidate}: no such candidate file")
     spec = seeds.resolve(seed)
+    check_sandbox(sandbox)
     options = EvalOptions(device=devices.resolve(device), timeout_s=timeout, rounds=rounds, timing=not no_timing)
     verdict = evaluate(spec, candidate, options)
     if as_json:

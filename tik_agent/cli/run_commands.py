@@ -16,7 +16,7 @@ from rich.tree import Tree
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
-from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, console
+from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, console
 from tik_agent.errors import UsageError
 from tik_agent.run.journal import AttemptRecord, RunSummary, finished_records
 from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run
@@ -47,6 +47,7 @@ def optimize(
     eval_timeout: float = typer.Option(None, help="Seconds before an evaluation is killed [default: 900]."),
     prompts: Path = typer.Option(None, help="A directory of prompt templates overriding the bundled ones."),
     prices: Path = typer.Option(None, help="A TOML price table (USD per million tokens) replacing the bundled one."),
+    sandbox: str = typer.Option(None, "--sandbox", help=SANDBOX_HELP + " [default: auto]"),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
@@ -77,6 +78,8 @@ def optimize(
         the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0,
                                             **_agent_files(**files))
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
+    mode = sandbox or config.sandbox.get("mode") or "auto"
+    config = dataclasses.replace(config, sandbox={"mode": mode, **check_sandbox(mode).to_dict()})
     if config.device == "cuda" and config.workers > 1:
         logging.getLogger("tik_agent").warning(
             "--workers %d on cuda: evaluations are not yet pinned to separate GPUs; using 1", config.workers)

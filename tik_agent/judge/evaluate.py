@@ -15,12 +15,14 @@ Order of events, each a wall against a way evaluators get fooled:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import shutil
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +33,16 @@ from tik_agent.sandbox import hostops
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
 from tik_agent.judge.records import Outcome, Verdict
-from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
+from tik_agent.redaction import scrub_text, scrub_worker_data
+from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
+from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
 from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
 log = logging.getLogger(__name__)
 
+RESULT_LIMIT_BYTES = 16 * 1024**2
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
@@ -117,21 +122,37 @@ class _Sandbox:
             file_bytes=4 * 1024**3,
             max_processes=4096,
         )
-        return run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        proc = run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        return from_worker(proc)
 
     def result(self) -> dict | None:
-        path = self.dir / RESULT_FILE
-        return json.loads(path.read_text()) if path.is_file() else None
+        with open_worker_file(self.dir / RESULT_FILE) or nullcontext() as handle:
+            if handle is None:
+                return None
+            try:
+                return from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
+            except ValueError:
+                return None
 
     def outputs(self) -> dict:
         import torch
 
-        path = self.dir / OUTPUTS_FILE
-        return torch.load(path, weights_only=True) if path.is_file() else {"cases": {}, "recheck": {}}
+        with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
+            if handle is None:
+                return {"cases": {}, "recheck": {}}
+            return from_worker(torch.load(handle, weights_only=True))
 
     def close(self) -> None:
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def from_worker(value):
+    """The one door for what a worker hands back (its process result, result.json,
+    outputs.pt): every string in it is capped and scrubbed of the parent's secrets."""
+    if isinstance(value, SandboxResult):
+        return dataclasses.replace(value, stdout=scrub_text(value.stdout), stderr=scrub_text(value.stderr))
+    return scrub_worker_data(value)
 
 
 def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) -> dict:
@@ -147,6 +168,9 @@ def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | N
     tail = (proc.stderr or "")[-3000:]
     if proc.timed_out:
         return Verdict(Outcome.TIMEOUT, f"killed after the {timeout_s:g} s wall-clock limit", worker_log=tail)
+    if result is None and proc.returncode == EXIT_CONFINE_FAILED:
+        return Verdict(Outcome.CRASHED, "the sandbox could not confine the worker (seccomp or Landlock "
+                       "failed to apply); nothing ran", worker_log=tail)
     if result is None:
         how = f"signal {proc.signal}" if proc.signal else f"exit code {proc.returncode}"
         return Verdict(Outcome.CRASHED, f"the worker died ({how}) without a result", worker_log=tail)
@@ -221,10 +245,10 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
             extra["timing"] = {"rounds": options.rounds, "warmup": options.warmup}
         proc = box.run(_request("candidate", kernel, options.device, reference.cases, **extra), options)
         result = box.result()
-        failure = _sandbox_failure(proc, result, options.timeout_s)
-        if failure is not None:
-            return failure
-        return _judge(spec, options.device, reference, box.outputs(), result, box.dir / kernel)
+        verdict = _sandbox_failure(proc, result, options.timeout_s) or _judge(
+            spec, options.device, reference, box.outputs(), result, box.dir / kernel)
+        verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
+        return verdict
     finally:
         box.close()
 

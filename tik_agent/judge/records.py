@@ -43,6 +43,9 @@ class Verdict:
     seed_sha256: str = ""
     seconds: float = 0.0
     worker_log: str | None = None
+    # Which OS isolation the candidate's worker ran under: {"level", "mechanism",
+    # "layers"} (see tik_agent.sandbox.isolation); None when nothing ran.
+    isolation: dict | None = None
 
     @property
     def passed(self) -> bool:
@@ -74,6 +77,7 @@ class Verdict:
             "seed_sha256": self.seed_sha256,
             "seconds": self.seconds,
             "worker_log": self.worker_log,
+            "isolation": self.isolation,
         }
 
     @classmethod
@@ -88,4 +92,5 @@ class Verdict:
             static_violations=list(d["static_violations"]), environment=dict(d["environment"]),
             candidate_sha256=d["candidate_sha256"], seed_sha256=d["seed_sha256"],
             seconds=float(d["seconds"]), worker_log=d.get("worker_log"),
+            isolation=dict(d["isolation"]) if d.get("isolation") else None,
         )

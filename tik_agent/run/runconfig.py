@@ -5,7 +5,8 @@ a budget.  The *binding* is the part of the measured environment a run may not
 change: parity baselines and timings only hold on the device and versions that
 produced them, so a resume on another environment is refused, naming the field.
 
-What a resume may change: the budgets and ``workers``.  Everything else (seed,
+What a resume may change: the budgets, ``workers`` and the ``--sandbox`` mode (the
+isolation a session got is recorded again each time).  Everything else (seed,
 agent, model, device, timing rounds, search seed) is the run's identity.
 """
 
@@ -109,6 +110,9 @@ class RunConfig:
     created: str = ""
     prompts_dir: str | None = None   # a user's prompt templates (None: the bundled ones)
     prices_path: str | None = None   # a user's price table (None: the bundled one)
+    # --sandbox mode and the isolation the last session got: {"mode", "level",
+    # "mechanism", "layers"}; empty in runs made before it was recorded.
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.workers < 1:
@@ -117,6 +121,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["binding"] = dict(self.binding)
+        d["sandbox"] = dict(self.sandbox)
         return {"schema": SCHEMA, **d}
 
     @classmethod

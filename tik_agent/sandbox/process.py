@@ -17,13 +17,20 @@ Limits worth knowing:
 * ``RLIMIT_AS`` caps virtual memory; CUDA reserves huge address ranges, so leave
   ``memory_bytes`` unset on GPU runs.
 * ``RLIMIT_FSIZE`` also bounds the captured stdout/stderr files.
-* A grandchild that calls ``setsid`` leaves the process group and escapes the kill;
-  the audit hook in :mod:`tik_agent.sandbox.guard` forbids the worker to spawn one.
+* A grandchild that calls ``setsid`` leaves the process group and escapes the kill
+  of the bare process sandbox; under bwrap or unshare it dies with the PID
+  namespace, and the audit hook in :mod:`tik_agent.sandbox.guard` forbids the worker
+  to spawn one anyway.
+
+What wraps the command (namespaces, a mount view, another uid, seccomp and
+Landlock) is :mod:`tik_agent.sandbox.isolation`'s choice: by default the strongest
+isolation this machine gives.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import ctypes.util
 import functools
 import logging
@@ -31,13 +38,20 @@ import math
 import os
 import re
 import resource
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+from tik_agent.redaction import SECRET_NAME
+
+if TYPE_CHECKING:
+    from tik_agent.sandbox.isolation import Isolation, IsolationReport
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +65,13 @@ _INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "CUD
 _FIXED = {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Names that look like credentials never reach the child, whoever asks.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
-    r"^(ANTHROPIC|OPENAI|AWS|AZURE|GOOGLE|GCP|GCLOUD|GH|GITHUB|GITLAB|HF|HUGGING\w*|WANDB|"
-    r"SSH|GPG|NPM|PYPI|TWINE|DOCKER|SLACK|STRIPE|DATABASE|REDIS|MONGO|POSTGRES|PG)_",
-    re.IGNORECASE,
-)
+_SECRET_NAME = SECRET_NAME
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class SandboxResult:
     wall_seconds: float
     stdout: str
     stderr: str
+    isolation: "IsolationReport | None" = None
 
     @property
     def ok(self) -> bool:
@@ -206,6 +218,7 @@ def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_networ
                 resource.setrlimit(which, (value, value))
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             if isolate_network:
                 try:
                     _unshare_network(libc)
@@ -225,6 +238,26 @@ def _read_tail(handle: BinaryIO, limit: int = OUTPUT_TAIL_BYTES) -> str:
     handle.seek(max(0, size - limit))
     text = handle.read(limit).decode("utf-8", errors="replace")
     return f"[... {size - limit} bytes trimmed ...]\n{text}" if size > limit else text
+
+
+def open_worker_file(path: Path) -> BinaryIO | None:
+    """A file the child left in its directory, opened for reading; None if there is none.
+
+    Never through a symlink and only a regular file: a child that leaves
+    ``result.json`` pointing at a secret file of the parent's only gets a refusal.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        logger.warning("refusing to read %s from the sandbox: %s", path, err)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        logger.warning("refusing to read %s from the sandbox: not a regular file", path)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def _kill_group(pgid: int) -> None:
@@ -268,26 +301,37 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 
 
 def run_sandboxed(
-    argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str]
+    argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str],
+    *, isolation: "Isolation | None" = None,
 ) -> SandboxResult:
     """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
 
     ``env`` is used as given: build it with :func:`scrubbed_environment`.  The child's
     stdout and stderr go to ``sandbox.stdout``/``sandbox.stderr`` in ``workdir`` and
-    their last 20 kB come back in the result.  Raises OSError if ``argv`` cannot be
-    started (e.g. the executable does not exist).
+    their last 20 kB come back in the result.  ``isolation`` defaults to the strongest
+    the machine gives (:func:`tik_agent.sandbox.isolation.best`); files already in
+    ``workdir`` are the child's read-only inputs there.  Raises OSError if ``argv``
+    cannot be started (e.g. the executable does not exist).
     """
+    from tik_agent.sandbox import isolation as isolations
+
     if not argv:
         raise ValueError("run_sandboxed: argv is empty")
     workdir = Path(workdir)
     if not workdir.is_dir():
         raise ValueError(f"run_sandboxed: workdir {workdir} is not a directory")
+    iso = isolation if isolation is not None else isolations.best()
+    if shutil.which(argv[0], path=env.get("PATH")) is None:
+        raise FileNotFoundError(2, f"run_sandboxed: no such program: {argv[0]}")
     libc = _libc()
-    isolate = network_isolation_available()
+    isolate = iso.mechanism == "process" and network_isolation_available()
+    if iso.mechanism == "process":
+        iso = dataclasses.replace(iso, namespaces=("net",) if isolate else ())
+    iso.prepare(workdir)
     start = time.monotonic()
     with (workdir / STDOUT_NAME).open("w+b") as out, (workdir / STDERR_NAME).open("w+b") as err:
         proc = subprocess.Popen(
-            list(argv),
+            iso.wrap(argv, workdir, keep_private=(STDOUT_NAME, STDERR_NAME)),
             cwd=workdir,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -314,6 +358,9 @@ def run_sandboxed(
         returncode, killed_by = None, int(signal.SIGKILL)
     elif status < 0:
         returncode, killed_by = None, -status
+    elif iso.mechanism != "process" and status > 128 and status - 128 in _SIGNALS:
+        # bwrap and unshare report a signalled child as 128 + the signal number.
+        returncode, killed_by = None, status - 128
     else:
         returncode, killed_by = status, None
-    return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr)
+    return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr, iso.report())
