@@ -12,7 +12,7 @@ from enum import Enum
 from pathlib import Path
 
 from tik_agent.bits import Mismatch, first_mismatch, meta_difference
-from tik_agent.spec.cases import Case
+from tik_agent.spec.cases import Case, rows_alone
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.spec.schema import KernelSpec, Tolerance, resolve_shape
 
@@ -106,8 +106,11 @@ def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path
 def _judge_invariance(spec: KernelSpec, case: Case, out: CaseOutputs) -> None:
     import torch
 
-    _check_output(spec, case, out.rows, case.m, "rows run alone")
-    _same_bits(Check.INVARIANCE, "rows run alone vs full batch", out.full, out.rows.contiguous())
+    rows = rows_alone(case)
+    _check_output(spec, case, out.rows, len(rows), "rows run alone")
+    device = out.full.device
+    expected = out.full if len(rows) == case.m else out.full.index_select(0, torch.tensor(rows, device=device))
+    _same_bits(Check.INVARIANCE, "rows run alone vs full batch", expected, out.rows.contiguous())
     for sub, t in out.subs:
         kind = "prefix" if sub.prefix else "sub-batch"
         _check_output(spec, case, t, len(sub.index), f"{kind} of {len(sub.index)} rows")

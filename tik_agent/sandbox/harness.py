@@ -20,7 +20,7 @@ from typing import Callable
 
 from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.spec.cases import Case, SubBatch, make_inputs, subbatches
+from tik_agent.spec.cases import Case, SubBatch, make_inputs, rows_alone, subbatches
 from tik_agent.errors import SpecError
 from tik_agent.spec.schema import KernelSpec
 
@@ -179,7 +179,7 @@ class Runner:
         import torch
 
         outs = []
-        for i in range(case.m):
+        for i in rows_alone(case):
             row_inputs = self._select(inputs, lambda t: t[i : i + 1].clone())
             out = self.call(case, row_inputs, 1, i % 2)
             if not isinstance(out, torch.Tensor):
