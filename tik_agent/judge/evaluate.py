@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.bits import digest
-from tik_agent.judge.literals import batch_sizes_around, compared_literals
+from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
 from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
-from tik_agent.judge.plan import draw_plan, drawn_cases, literal_cases
+from tik_agent.judge.plan import draw_plan, per_evaluation_cases
 from tik_agent.judge.timedcheck import judge_timed_calls
-from tik_agent.spec.cases import MAX_BATCH, Case, evaluation_cases, make_inputs, unique
+from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
@@ -258,18 +258,15 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
     rules would already have stopped."""
     source = candidate.read_text() if source is None else source
     literals = compared_literals(source, candidate.name)
-    limit = MAX_BATCH.get(options.device, MAX_BATCH["cuda"])
-    untestable = next((lit for lit in literals if lit.value + 1 > limit), None)
-    if untestable is not None:
-        return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{untestable.line}: [grid-literal] compares with "
-                       f"{untestable.value}: batch sizes around it are beyond the largest this device tests ({limit})",
-                       static_violations=[{"rule": "grid-literal", "line": untestable.line,
-                                           "message": f"compares with {untestable.value}"}])
+    problem = untestable_literal(literals, options.device)
+    if problem is not None:
+        line, message = problem
+        return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{line}: [grid-literal] {message}",
+                       static_violations=[{"rule": "grid-literal", "line": line, "message": message}])
     if reference is None:
         reference = compute_reference(spec, options)
     known = {c.id for c in reference.cases}
-    extras = [c for c in unique(literal_cases(spec, batch_sizes_around(literals)) + drawn_cases(spec, options.device))
-              if c.id not in known]
+    extras = [c for c in per_evaluation_cases(spec, options.device, batch_sizes_around(literals)) if c.id not in known]
     kernels = ["candidate", "seed"] + (["parent"] if parent is not None else [])
     plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels) if options.timing else None
     extra_outputs, seed_result, seed_times = _run_seed(spec, options, extras, plan.candidate_seeds() if plan else None,

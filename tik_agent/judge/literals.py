@@ -7,9 +7,13 @@ evaluation then also runs batch sizes ``lit - 1``, ``lit`` and ``lit + 1``, so
 the switch is crossed in front of the judge.  Kernel bodies count too: under the
 CPU interpreter they are host code, and ``M`` reaches them as a plain int.
 
-Every comparison operand that folds to an int is taken, whatever the other side
-is: deciding which expressions are "dimensions" is what an adversary would
-exploit, and a literal that is not one costs three small cases.
+Every int in a comparison is taken (operands and their sub-expressions, module
+constants resolved, simple arithmetic folded), whatever the other side is:
+deciding which expressions are "dimensions" is what an adversary would
+exploit, and a literal that is not one costs three cases.  Not covered: a
+number the source does not spell as constant arithmetic (``int("64")``, a
+value computed from the inputs); the fixed and drawn sizes are the only
+defence there.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import operator
 from dataclasses import dataclass
 
 from tik_agent.pyparse import parse
+from tik_agent.spec.cases import MAX_BATCH
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
            ast.LShift: operator.lshift, ast.Pow: operator.pow, ast.Mod: operator.mod}
@@ -70,6 +75,18 @@ def _fold(node: ast.expr, names: dict[str, ast.expr], depth: int = 0) -> list[in
     return []
 
 
+def _operands(node: ast.expr) -> list[ast.expr]:
+    """The operand and every sub-expression of it, except subscript indices
+    (``x.shape[0]``): ``M % 97 == 40`` switches at multiples of 97 too."""
+    out = [node]
+    for child in ast.iter_child_nodes(node):
+        if isinstance(node, ast.Subscript) and child is node.slice:
+            continue
+        if isinstance(child, ast.expr):
+            out.extend(_operands(child))
+    return out
+
+
 def compared_literals(source: str, filename: str = "<candidate>") -> list[Literal]:
     """Every int a comparison in ``source`` tests against, with its line, in order."""
     try:
@@ -81,8 +98,9 @@ def compared_literals(source: str, filename: str = "<candidate>") -> list[Litera
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for operand in [node.left, *node.comparators]:
-                for value in _fold(operand, names):
-                    found.setdefault(value, Literal(value, node.lineno))
+                for part in _operands(operand):
+                    for value in _fold(part, names):
+                        found.setdefault(value, Literal(value, node.lineno))
     return sorted(found.values(), key=lambda lit: (lit.line, lit.value))
 
 
@@ -90,3 +108,13 @@ def batch_sizes_around(literals: list[Literal]) -> list[int]:
     """Batch sizes on both sides of each literal: ``lit - 1``, ``lit``, ``lit + 1`` (at least 1)."""
     sizes = {m for lit in literals for m in (lit.value - 1, lit.value, lit.value + 1) if m >= 1}
     return sorted(sizes)
+
+
+def untestable_literal(literals: list[Literal], device: str) -> tuple[int, str] | None:
+    """(line, message) for the first literal whose neighbourhood is too large a batch to test here."""
+    limit = MAX_BATCH.get(device, MAX_BATCH["cuda"])
+    for lit in literals:
+        if lit.value + 1 > limit:
+            return lit.line, (f"compares with {lit.value}: batch sizes around it are beyond the largest this "
+                              f"device tests ({limit}), so the branch it guards could not be judged")
+    return None

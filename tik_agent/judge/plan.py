@@ -5,8 +5,8 @@ read it) seeds every choice below:
 
 * the number of warm-up rounds (``warmup`` or one more);
 * where, among the timing rounds of each cell, an extra untimed call of the
-  candidate is made (a re-check whose position is unknown), besides the final
-  re-check after the last round;
+  candidate is made (a re-check whose position is unknown: before any round,
+  between two, or after the last);
 * the inputs of every call (their case seeds), for the candidate and for the
   kernels it is timed against: the worker gets seeds, never the secret;
 * a few batch sizes the agent was never shown (one inside the grid's range,
@@ -59,7 +59,6 @@ class EvalPlan:
                 kinds.append(("re-check", None))
             if r < self.rounds:
                 kinds.append(("timed", r))
-        kinds.append(("re-check", None))
         return [CallSlot(i + 1, kind, rnd) for i, (kind, rnd) in enumerate(kinds)]
 
     def to_request(self) -> dict:
@@ -85,24 +84,25 @@ def draw_plan(spec: KernelSpec, device: str, rounds: int, warmup: int, kernels: 
     for cell in cells:
         per_kernel = {}
         for name in kernels:
-            calls = drawn_warmup + rounds + (2 if name == "candidate" else 0)
+            calls = drawn_warmup + rounds + (1 if name == "candidate" else 0)
             per_kernel[name] = [rng.getrandbits(62) for _ in range(calls)]
         seeds[cell] = per_kernel
     return EvalPlan(rounds, drawn_warmup, recheck_at, seeds)
 
 
 def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None) -> list[Case]:
-    """Batch sizes the agent never sees: one inside the grid's range, one above it."""
+    """Batch sizes the agent never sees: one inside the grid's range (random dims), one
+    above it (up to twice the largest batch: cost is per row), each at random dims."""
     rng = rng or secret_rng()
     top = largest_batch(spec, device)
     grid = set(spec.parity.batch_sizes)
     inside = [m for m in range(2, top + 1) if m not in grid] or list(range(1, top + 1))
-    above_hi = min(4 * top + 1, MAX_BATCH.get(device, MAX_BATCH["cuda"]))
+    above_hi = min(2 * top, MAX_BATCH.get(device, MAX_BATCH["cuda"]))
     sizes = [rng.choice(inside), rng.randint(top + 1, max(top + 1, above_hi))]
     combos = dims_combinations(spec)
     cases = []
     for i, m in enumerate(sizes[:DRAWN_CASES]):
-        dims = rng.choice(combos) if i == 0 else smallest_dims(spec)  # large batches at small dims: cost
+        dims = rng.choice(combos)
         cases.append(extra_case(spec, m, dims, rng.choice(fp32_first(spec)), rng.choice(spec.parity.regimes),
                                 rng.getrandbits(31), origin="drawn"))
     return cases
@@ -113,3 +113,9 @@ def literal_cases(spec: KernelSpec, sizes: list[int]) -> list[Case]:
     dtype = fp32_first(spec)[0]
     return unique([extra_case(spec, m, smallest_dims(spec), dtype, "normal", spec.parity.seeds[0],
                               origin="literal", hidden=False) for m in sizes])
+
+
+def per_evaluation_cases(spec: KernelSpec, device: str, literal_sizes: list[int],
+                         rng: random.Random | None = None) -> list[Case]:
+    """The cases one evaluation adds to the fixed grid: around the literals, and drawn."""
+    return unique(literal_cases(spec, literal_sizes) + drawn_cases(spec, device, rng))

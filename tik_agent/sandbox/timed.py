@@ -80,12 +80,10 @@ def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,
             order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
                 samples[cell.name][name].append(call(cell, name, "timed", timed=True))
+    progress(PHASE_RECHECK)
     for cell in cells:
         if int(plan["recheck_at"][cell.name]) >= rounds:
             candidate_call(cell, "re-check", timed=False)
-    progress(PHASE_RECHECK)
-    for cell in cells:
-        candidate_call(cell, "re-check", timed=False)
     return {"timer": timer.name, "samples": samples, "calls": calls}
 
 

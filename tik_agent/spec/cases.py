@@ -14,7 +14,8 @@ Grid shape (cost matters: every case runs under the CPU interpreter):
   sub-batches (shuffled rows, and a prefix view) are run and compared with
   the full batch;
 * *above-grid cases*: batch sizes beyond the largest workload M (on the CPU
-  at least 65, 128 and 257), at the smallest dims so that they stay cheap,
+  at least 65, 128 and 257), the first at the largest dims, the others at the
+  smallest so that they stay cheap,
   each a parity and an invariance case (a sample of rows run alone): a
   launcher that switches strategy for large batches meets them.
 
@@ -139,6 +140,11 @@ def subbatches(case: Case) -> list[SubBatch]:
     if not case.invariance or case.m < 2:
         return []
     gen = torch.Generator().manual_seed(case_seed(case) ^ 0x5EED)
+    if case.rows_sample:
+        # A large case: sub-batches as small as the rows-alone sample (cost is per row).
+        size = min(case.rows_sample, case.m - 1)
+        perm = torch.randperm(case.m, generator=gen)[:size]
+        return [SubBatch(tuple(int(i) for i in perm)), SubBatch(tuple(range(size)), prefix=True)]
     out = []
     for _ in range(case.subbatches):
         size = int(torch.randint(1, case.m, (1,), generator=gen))
@@ -254,20 +260,23 @@ def above_grid_sizes(spec: KernelSpec, device: str) -> list[int]:
 
 
 def above_grid_cases(spec: KernelSpec, device: str) -> list[Case]:
-    """Parity and invariance above the largest workload batch, at the smallest dims:
-    every size in float32 (where reduction-order changes show), the largest in
-    every other dtype too (a switch on batch size and dtype together)."""
-    dtypes = fp32_first(spec)
-    sizes = above_grid_sizes(spec, device)
-    pairs = [(m, dtypes[0]) for m in sizes] + [(sizes[-1], d) for d in dtypes[1:]] if sizes else []
-    return [extra_case(spec, m, smallest_dims(spec), dtype, "normal", spec.parity.seeds[0],
+    """Parity and invariance above the largest workload batch, at the smallest dims,
+    in float32 (where reduction-order changes show; other dtypes meet large
+    batches in the drawn cases)."""
+    dtype = fp32_first(spec)[0]
+    largest = {name: max(values) for name, values in spec.dims.items()}
+    # The first size at the largest dims: a chunk switch shows only where a row
+    # spans more than one chunk; the larger sizes at the smallest dims (cost).
+    return [extra_case(spec, m, largest if i == 0 else smallest_dims(spec), dtype, "normal", spec.parity.seeds[0],
                        origin="above-grid", hidden=False)
-            for m, dtype in pairs]
+            for i, m in enumerate(above_grid_sizes(spec, device))]
 
 
 def extra_case(spec: KernelSpec, m: int, dims: Mapping[str, int], dtype: str, regime: str, seed: int,
                origin: str, hidden: bool = True) -> Case:
-    """An invariance case at batch ``m`` with a sample of rows run alone."""
+    """An invariance case at batch ``m``; above ``ABOVE_GRID_ROWS`` rows a *large* case:
+    one full batch (no second run: parity with the seed catches unwritten
+    output there), a sample of rows alone and two small sub-batches."""
     return Case(m, dict(dims), dtype, regime, seed, invariance=True, subbatches=1, hidden=hidden,
                 rows_sample=ABOVE_GRID_ROWS if m > ABOVE_GRID_ROWS else 0, origin=origin)
 
