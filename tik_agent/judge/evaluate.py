@@ -324,7 +324,8 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
         results.append(judge_against(case, out, expected[case.id], r))
-    cases = [r.to_dict() for r in results]
+    # Each case's parameters travel with its result: a drawn case is in no grid to look up.
+    cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
     failed = next((r for r in results if not r.passed), None)
     if failed is not None:
         outcome = Outcome.INTEGRITY_FAILED if failed.failed in INTEGRITY_CHECKS else Outcome.PARITY_FAILED
