@@ -56,7 +56,7 @@ def _origin(spec, device, case_id: str) -> str:
 
 def test_every_corpus_file_states_its_expectation():
     files = sorted(CORPUS.glob("*.py"))
-    assert len(files) >= 7
+    assert len(files) >= 8
     for f in files:
         assert f.read_text().startswith("# expect: "), f.name
 
@@ -117,3 +117,9 @@ def test_a_hang_in_the_timing_phase_is_killed_with_its_phase_named(spec, options
     assert verdict.outcome is Outcome.TIMEOUT, verdict.reason
     assert "the timing phase ran past its" in verdict.reason, verdict.reason
     assert time.monotonic() - start < 200
+
+
+def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", EvalOptions(device=options.device, timing=False),
+                                 reference)
+    assert verdict.passed, verdict.reason  # it raises at import if request.json is still there

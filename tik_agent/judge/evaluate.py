@@ -187,17 +187,21 @@ def compute_reference(spec: KernelSpec, options: EvalOptions, cases: list[Case] 
     """Run the seed over the evaluation cases in a worker; check it against itself."""
     cases = cases if cases is not None else evaluation_cases(spec, options.device)
     outputs, result, seconds = _run_seed(spec, options, cases)
-    return Reference({cid: p.full for cid, p in outputs.items()}, result.get("environment", {}),
-                     sha256_file(spec.source), cases, seconds)
+    return _reference(spec, cases, outputs, result, seconds)
+
+
+def _reference(spec: KernelSpec, cases: list[Case], outputs: dict, result: dict, seconds: dict) -> Reference:
+    return Reference({c.id: outputs[c.id].full for c in cases}, result.get("environment", {}),
+                     sha256_file(spec.source), list(cases), seconds)
 
 
 def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests: dict | None = None,
-              strict: bool = True) -> tuple[dict[str, CaseOutputs], dict, dict]:
+              lenient: frozenset[str] = frozenset()) -> tuple[dict[str, CaseOutputs], dict, dict]:
     """The seed in a worker over ``cases`` (and the timed inputs ``digests``), judged against itself.
 
-    ``strict``: a case the seed fails is bad input (SpecError); otherwise it is
-    dropped from the returned outputs with a warning (a drawn case must not
-    fail a candidate for the seed's fault)."""
+    A case the seed fails is bad input (SpecError), unless its id is in
+    ``lenient`` (a drawn case: it must not fail a candidate for the seed's
+    fault); then it is dropped from the returned outputs with a warning."""
     box = _Sandbox(spec, options.keep_workdir)
     try:
         kernel = box.add("seed_kernel.py", spec.source)
@@ -217,7 +221,7 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
                 outputs[case.id] = out
                 continue
             message = f"{case.id}: [{verdict.failed.value}] {verdict.message}"
-            if strict:
+            if case.id not in lenient:
                 raise SpecError(f"{spec.source}: the seed fails its own checks on {options.device}: {message}")
             log.warning("the seed fails its own checks on a drawn case, which is skipped: %s", message)
         return outputs, result, dict(watch.durations)
@@ -263,17 +267,23 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         line, message = problem
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{line}: [grid-literal] {message}",
                        static_violations=[{"rule": "grid-literal", "line": line, "message": message}])
-    if reference is None:
-        reference = compute_reference(spec, options)
-    known = {c.id for c in reference.cases}
+    fixed = reference.cases if reference is not None else evaluation_cases(spec, options.device)
+    known = {c.id for c in fixed}
     extras = [c for c in per_evaluation_cases(spec, options.device, batch_sizes_around(literals)) if c.id not in known]
     kernels = ["candidate", "seed"] + (["parent"] if parent is not None else [])
     plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels) if options.timing else None
-    extra_outputs, seed_result, seed_times = _run_seed(spec, options, extras, plan.candidate_seeds() if plan else None,
-                                                       strict=False)
+    digests = plan.candidate_seeds() if plan else None
+    lenient = frozenset(c.id for c in extras)
+    if reference is None:
+        # One seed worker for the fixed cases, this evaluation's cases and the timed inputs.
+        extra_outputs, seed_result, seed_times = _run_seed(spec, options, fixed + extras, digests, lenient)
+        reference = _reference(spec, fixed, extra_outputs, seed_result, seed_times)
+        seed_times = {k: v for k, v in seed_times.items() if k != "parity"}  # already the reference's
+    else:
+        extra_outputs, seed_result, seed_times = _run_seed(spec, options, extras, digests, lenient)
     extras = [c for c in extras if c.id in extra_outputs]
     cases = reference.cases + extras
-    expected = dict(reference.outputs, **{cid: out.full for cid, out in extra_outputs.items()})
+    expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras})
     box = _Sandbox(spec, options.keep_workdir)
     try:
         kernel = box.add("candidate.py", candidate)
