@@ -2,12 +2,14 @@
 
     .venv/bin/python benchmarks/bench_evaluator.py [--seeds rmsnorm logprobs matmul] [--rounds 3]
 
-"full" is `evaluate(spec, seed, ...)` from a cold start: the reference worker
-(seed over every parity case) plus the candidate worker (candidate over every
-case, interleaved timing against the seed, re-check), static rules, process
-start-up, tensor files and judging.  "bare" makes the same kernel calls in
-this one process with no sandbox: the same cases through the same harness for
-the seed and for the candidate, then the same timing calls.  The ratio is the
+"full" is `evaluate(spec, seed, ...)` from a cold start: the seed's worker
+(every fixed case, this evaluation's drawn and literal cases, the seed's
+digests on the candidate's timed inputs) plus the candidate worker (candidate
+over every case, interleaved timing against the seed with every candidate call
+digested), static rules, process start-up, tensor files and judging.  "bare"
+makes the same kernel calls in this one process with no sandbox: the same
+cases through the same harness for the seed and for the candidate, the same
+timing calls, and the seed once more on each of the candidate's timed inputs.  The ratio is the
 price of isolation and integrity checks.  Medians over --repeat runs.
 """
 
@@ -23,6 +25,8 @@ from tik_agent.backends import interpreter
 interpreter.activate()
 
 from tik_agent.sandbox import launches  # noqa: E402
+from tik_agent.judge.literals import batch_sizes_around, compared_literals  # noqa: E402
+from tik_agent.judge.plan import per_evaluation_cases  # noqa: E402
 from tik_agent.spec.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
 from tik_agent.judge.evaluate import EvalOptions, evaluate  # noqa: E402
 from tik_agent.sandbox.harness import Runner, load_entry  # noqa: E402
@@ -34,7 +38,8 @@ def bare(spec, rounds: int, warmup: int) -> float:
     start = time.perf_counter()
     seed = load_entry(spec.source, spec, "seed")
     cand = load_entry(spec.source, spec, "candidate")
-    cases = evaluation_cases(spec, "cpu")
+    literals = batch_sizes_around(compared_literals(spec.source.read_text()))
+    cases = evaluation_cases(spec, "cpu") + per_evaluation_cases(spec, "cpu", literals)
     for entry in (seed, cand):
         runner = Runner(entry, spec, "cpu")
         for case in cases:
@@ -44,11 +49,11 @@ def bare(spec, rounds: int, warmup: int) -> float:
     serial = 0
     for _ in range(warmup + rounds):
         for cell in cells:
-            for entry in (cand, seed):
+            for entry in (cand, seed, seed):  # the third: the seed's digest of the candidate's input
                 serial += 1
                 inputs = make_inputs(spec, workload_case(cell, serial), "cpu")
                 entry(*inputs, **kwargs)
-    for cell in cells:
+    for cell in cells:  # the re-check, and the seed's digest of it
         inputs = make_inputs(spec, workload_case(cell, 0), "cpu")
         cand(*inputs, **kwargs)
         seed(*inputs, **kwargs)

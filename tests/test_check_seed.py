@@ -77,3 +77,29 @@ def test_wrong_math_is_caught_by_the_reference(tmp_path, device):
     edit(seed / "kernel.py", "sum_sq / N + eps", "sum_sq / (N + 1) + eps")
     failure = _failure(seed, device)
     assert failure.failed is Check.REFERENCE and "float64 reference" in failure.message
+
+
+def test_a_seed_variant_only_above_the_parity_batches_fails_check_seed(tmp_path, device, capsys):
+    """Issue 10, item 4: check-seed runs the cases optimize's audit runs, large batches included."""
+    seed = copy_seed("rmsnorm", tmp_path)
+    shrink_grid(seed, dims={"N": "[1000]"})
+    # chunk 128 from M=65 on (the largest CPU workload batch is 64), written without a
+    # comparison, so that no literal-driven case finds it: only the above-grid cases can
+    edit(seed / "kernel.py", "        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N >> (3 * ((M - 1).bit_length() // 7)),")
+    assert cli.run(["check-seed", str(seed), "--device", device]) == 1
+    captured = capsys.readouterr()
+    assert "above-grid (M=" in captured.out and "planned:" in captured.out
+    assert "FAILED inv:M=65,N=1000:float32" in captured.err, captured.err
+
+
+def test_check_seed_plans_the_audit_cases(device):
+    from tik_agent.judge.seedcheck import audit_cases
+    from tik_agent.spec.cases import describe, evaluation_cases
+    from tik_agent.spec.seeds import resolve
+
+    spec = resolve("rmsnorm")
+    cases = audit_cases(spec, device)
+    fixed = evaluation_cases(spec, device)
+    assert [c.id for c in cases[: len(fixed)]] == [c.id for c in fixed]
+    text = describe(cases)
+    assert text.startswith(f"{len(cases)} cases: ") and "above-grid" in text and "drawn" in text and "literal" in text

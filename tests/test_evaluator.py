@@ -107,7 +107,7 @@ def test_bit_preserving_rewrite_passes(small_seed, options, reference, tmp_path,
     candidate = _variant(small_seed, tmp_path, edits)
     verdict = evaluate(small_seed, candidate, options, reference=reference)
     assert verdict.passed, verdict.reason
-    assert verdict.cases_passed == len(verdict.cases) == len(reference.cases)
+    assert verdict.cases_passed == len(verdict.cases) > len(reference.cases)  # fixed cases, then drawn ones
     assert verdict.speedup is not None and verdict.timer
 
 

@@ -19,7 +19,8 @@ def eval_candidate(
     seed: str = typer.Option(..., "--seed", help="A bundled seed name or a seed directory."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
-    timeout: float = typer.Option(900.0, help="Wall-clock limit of each sandboxed worker, seconds."),
+    timeout: float = typer.Option(None, help="Wall-clock limit of each sandboxed worker, seconds "
+                                  "[default: per phase, 5x the seed's own time for it, at least 60 s]."),
     rounds: int = typer.Option(5, help="Interleaved timing rounds."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
     sandbox: str = typer.Option("auto", "--sandbox", help=SANDBOX_HELP),

@@ -44,7 +44,8 @@ def optimize(
     rng_seed: int = typer.Option(None, "--seed", help="Seed of the search's random choices [default: 0]."),
     device: str = typer.Option(None, help="auto (default), cpu (Triton interpreter) or cuda."),
     rounds: int = typer.Option(None, help="Timing rounds per evaluation [default: 5]."),
-    eval_timeout: float = typer.Option(None, help="Seconds before an evaluation is killed [default: 900]."),
+    eval_timeout: float = typer.Option(None, help="Seconds before an evaluation's worker is killed "
+                                       "[default: per phase, 5x the seed's own time for it, at least 60 s]."),
     prompts: Path = typer.Option(None, help="A directory of prompt templates overriding the bundled ones."),
     prices: Path = typer.Option(None, help="A TOML price table (USD per million tokens) replacing the bundled one."),
     sandbox: str = typer.Option(None, "--sandbox", help=SANDBOX_HELP + " [default: auto]"),
@@ -143,7 +144,7 @@ def _new_config(path: Path, spec, agent, given: dict, limits: dict, workers: int
     return RunConfig(
         run_id=path.name, seed_name=spec.name, seed_source=str(spec.directory.resolve()), agent=agent.name,
         model=agent.model, base_url=given["base_url"], rng_seed=given["rng_seed"] or 0, device=device,
-        rounds=given["rounds"] or 5, warmup=1, eval_timeout_s=given["eval_timeout_s"] or 900.0,
+        rounds=given["rounds"] or 5, warmup=1, eval_timeout_s=given["eval_timeout_s"] or None,
         workers=workers or 1, limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
         binding=devices.binding(devices.environment(device)), created=utc_now())
 

@@ -40,6 +40,7 @@ def check_seed(
     if not report.reference_used:
         table.add_row("reference", "skipped: the seed has no reference.py")
     console.print(table)
+    console.print(f"planned: {report.cases_text} (the cases an evaluation of this seed runs)", highlight=False)
     failure = report.first_failure
     if failure is not None:
         err_console.print(f"[red]FAILED[/red] {failure.case_id}: \\[{failure.failed.value}] {failure.message}", highlight=False, soft_wrap=True)

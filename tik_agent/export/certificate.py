@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timezone
 
 from tik_agent import __version__
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.cases import Case, evaluation_cases
 from tik_agent.export.source import ExportSource
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,8 @@ def certified_cases(source: ExportSource) -> list[dict]:
     out = []
     for result in source.evaluation["cases"]:
         case = grid.get(result["case"])
+        if case is None and isinstance(result.get("params"), dict):  # drawn for that evaluation
+            case = Case.from_dict(result["params"])
         if case is None:
             # A case this version of tik-agent cannot rebuild: certified, but verify() cannot repeat it.
             log.warning("case %s is not in the spec's evaluation grid; verify() will not repeat it", result["case"])

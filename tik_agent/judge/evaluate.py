@@ -2,15 +2,24 @@
 
 Order of events, each a wall against a way evaluators get fooled:
 
-1. static rules on the source (nothing runs if they fail);
-2. the seed's outputs for every parity case, computed in a *separate* worker
-   (or taken from a cache made the same way) and judged for the seed's own
-   determinism and invariance on this device;
-3. the candidate's worker: its parity outputs before any seed code is loaded,
-   then interleaved timing against the seed (and the parent), then a re-run of
-   every timing cell for a bit re-check at the timing shapes;
-4. the trusted side judges bits, invariance, determinism, launches and input
-   digests, then the timing rules.
+1. static rules on the source (nothing runs if they fail), and the integer
+   literals it compares sizes with (a batch size too large to test here is a
+   rejection);
+2. the seed's outputs for every fixed parity case, computed in a *separate*
+   worker (or taken from a cache made the same way) and judged for the seed's
+   own determinism and invariance on this device;
+3. a secret plan (:mod:`tik_agent.judge.plan`): batch sizes drawn for this
+   evaluation, sizes around the candidate's literals, warm-ups, re-check
+   positions and the inputs of every timed call; a second seed worker computes
+   the seed's outputs on the new cases and its digests on the timed inputs;
+4. the candidate's worker: its parity outputs before any seed code is loaded,
+   then interleaved timing against the seed (and the parent), every call of
+   the candidate digested, then a re-check per cell;
+5. the trusted side judges bits, invariance, determinism, launches and input
+   digests, every timed call against the seed, then the timing rules.
+
+Each worker phase has its own wall-clock limit, a few times the seed's time
+for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
 """
 
 from __future__ import annotations
@@ -26,7 +35,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tik_agent.bits import digest, first_mismatch, meta_difference
+from tik_agent.bits import digest
+from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
+from tik_agent.judge import phases
+from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
+from tik_agent.judge.plan import draw_plan, per_evaluation_cases
+from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox import hostops
@@ -36,7 +50,7 @@ from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, RESULT_FILE, worker_argv
+from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
@@ -51,7 +65,7 @@ CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldc
 @dataclass(frozen=True)
 class EvalOptions:
     device: str = "cpu"
-    timeout_s: float = 900.0
+    timeout_s: float | None = None  # None: a limit per worker phase, derived from the seed's times
     rounds: int = 5
     warmup: int = 1
     timing: bool = True
@@ -59,7 +73,7 @@ class EvalOptions:
     keep_workdir: bool = False
 
     def __post_init__(self):
-        if self.timeout_s <= 0:
+        if self.timeout_s is not None and self.timeout_s <= 0:
             raise UsageError(f"--timeout: must be positive (got {self.timeout_s})")
         if self.rounds < 1:
             raise UsageError(f"--rounds: must be at least 1 (got {self.rounds})")
@@ -73,13 +87,14 @@ class Reference:
     environment: dict
     seed_sha256: str
     cases: list[Case] = field(default_factory=list)
+    phase_seconds: dict = field(default_factory=dict)  # the seed's worker, per phase (basis of the limits)
 
     def save(self, path: Path) -> None:
         import torch
 
         tmp = path.with_suffix(".tmp")
         torch.save({"outputs": self.outputs, "environment": self.environment, "seed_sha256": self.seed_sha256,
-                    "cases": [c.to_dict() for c in self.cases]}, tmp)
+                    "cases": [c.to_dict() for c in self.cases], "phase_seconds": dict(self.phase_seconds)}, tmp)
         tmp.replace(path)
 
     @classmethod
@@ -87,7 +102,8 @@ class Reference:
         import torch
 
         d = torch.load(path, weights_only=True)
-        return cls(d["outputs"], d["environment"], d["seed_sha256"], [Case.from_dict(c) for c in d["cases"]])
+        return cls(d["outputs"], d["environment"], d["seed_sha256"], [Case.from_dict(c) for c in d["cases"]],
+                   dict(d.get("phase_seconds", {})))
 
 
 def sha256_file(path: Path) -> str:
@@ -110,19 +126,25 @@ class _Sandbox:
         shutil.copy2(source, self.dir / name)
         return name
 
-    def run(self, request: dict, options: EvalOptions):
+    def watch(self, limits: dict[str, float], basis: str = "") -> PhaseWatch:
+        return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
+
+    def run(self, request: dict, options: EvalOptions, watch: PhaseWatch):
         (self.dir / "request.json").write_text(json.dumps(request))
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
+        wall = options.timeout_s or watch.total() or UNMEASURED_S
         limits = SandboxLimits(
-            wall_seconds=options.timeout_s,
-            cpu_seconds=int(options.timeout_s * 2) + 60,
+            wall_seconds=wall,
+            cpu_seconds=int(wall * 2) + 60,
             memory_bytes=options.memory_bytes if options.device == "cpu" else None,
             file_bytes=4 * 1024**3,
             max_processes=4096,
         )
-        proc = run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        env = scrubbed_environment(extra, workdir=self.dir)
+        proc = run_sandboxed(worker_argv("request.json"), self.dir, limits, env, watchdog=watch)
+        watch.finish()
         return from_worker(proc)
 
     def result(self) -> dict | None:
@@ -139,7 +161,7 @@ class _Sandbox:
 
         with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
             if handle is None:
-                return {"cases": {}, "recheck": {}}
+                return {"cases": {}}
             return from_worker(torch.load(handle, weights_only=True))
 
     def close(self) -> None:
@@ -163,11 +185,14 @@ def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) ->
     return req
 
 
-def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | None:
+def _sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
     """A verdict for a worker that timed out, died or reported a load/run error."""
     tail = (proc.stderr or "")[-3000:]
     if proc.timed_out:
-        return Verdict(Outcome.TIMEOUT, f"killed after the {timeout_s:g} s wall-clock limit", worker_log=tail)
+        if proc.watchdog_reason:
+            return Verdict(Outcome.TIMEOUT, f"killed: {proc.watchdog_reason}", worker_log=tail)
+        return Verdict(Outcome.TIMEOUT, f"killed in the {watch.phase} phase after the {proc.wall_seconds:.0f} s "
+                       "wall-clock limit", worker_log=tail)
     if result is None and proc.returncode == EXIT_CONFINE_FAILED:
         return Verdict(Outcome.CRASHED, "the sandbox could not confine the worker (seccomp or Landlock "
                        "failed to apply); nothing ran", worker_log=tail)
@@ -190,23 +215,45 @@ def _sandbox_failure(proc, result: dict | None, timeout_s: float) -> Verdict | N
 def compute_reference(spec: KernelSpec, options: EvalOptions, cases: list[Case] | None = None) -> Reference:
     """Run the seed over the evaluation cases in a worker; check it against itself."""
     cases = cases if cases is not None else evaluation_cases(spec, options.device)
+    outputs, result, seconds = _run_seed(spec, options, cases)
+    return _reference(spec, cases, outputs, result, seconds)
+
+
+def _reference(spec: KernelSpec, cases: list[Case], outputs: dict, result: dict, seconds: dict) -> Reference:
+    return Reference({c.id: outputs[c.id].full for c in cases}, result.get("environment", {}),
+                     sha256_file(spec.source), list(cases), seconds)
+
+
+def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests: dict | None = None,
+              lenient: frozenset[str] = frozenset()) -> tuple[dict[str, CaseOutputs], dict, dict]:
+    """The seed in a worker over ``cases`` (and the timed inputs ``digests``), judged against itself.
+
+    A case the seed fails is bad input (SpecError), unless its id is in
+    ``lenient`` (a drawn case: it must not fail a candidate for the seed's
+    fault); then it is dropped from the returned outputs with a warning."""
     box = _Sandbox(spec, options.keep_workdir)
     try:
         kernel = box.add("seed_kernel.py", spec.source)
-        proc = box.run(_request("reference", kernel, options.device, cases), options)
+        watch = box.watch({})  # the seed is trusted: one limit for the whole worker
+        extra = {"digests": digests} if digests else {}
+        proc = box.run(_request("reference", kernel, options.device, cases, **extra), options, watch)
         result = box.result()
-        failure = _sandbox_failure(proc, result, options.timeout_s)
+        failure = _sandbox_failure(proc, result, watch)
         if failure is not None:
             raise SpecError(f"{spec.source}: the seed itself failed on {options.device}: {failure.reason}")
-        outputs = box.outputs()["cases"]
+        payloads = box.outputs()["cases"]
+        outputs = {}
         for case in cases:
-            out = CaseOutputs.from_payload(outputs[case.id])
+            out = CaseOutputs.from_payload(payloads[case.id])
             verdict = judge_self(spec, case, out, box.dir / kernel, digest(make_inputs(spec, case, "cpu")))
-            if not verdict.passed:
-                raise SpecError(f"{spec.source}: the seed fails its own checks on {options.device}: "
-                                f"{case.id}: [{verdict.failed.value}] {verdict.message}")
-        return Reference({cid: CaseOutputs.from_payload(p).full for cid, p in outputs.items()},
-                         result.get("environment", {}), sha256_file(spec.source), cases)
+            if verdict.passed:
+                outputs[case.id] = out
+                continue
+            message = f"{case.id}: [{verdict.failed.value}] {verdict.message}"
+            if case.id not in lenient:
+                raise SpecError(f"{spec.source}: the seed fails its own checks on {options.device}: {message}")
+            log.warning("the seed fails its own checks on a drawn case, which is skipped: %s", message)
+        return outputs, result, dict(watch.durations)
     finally:
         box.close()
 
@@ -233,34 +280,91 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         first = violations[0]
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{first.line}: [{first.rule}] {first.message}",
                        static_violations=[{"rule": v.rule, "line": v.line, "message": v.message} for v in violations])
+    return evaluate_sandboxed(spec, candidate, options, reference, parent, source)
+
+
+def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, reference: Reference | None = None,
+                       parent: Path | None = None, source: str | None = None) -> Verdict:
+    """Everything below the static rules: the grid, the seed's workers, the candidate's, the judge.
+
+    Public so that tests can prove the run-time checks on candidates the static
+    rules would already have stopped."""
+    source = candidate.read_text() if source is None else source
+    literals = compared_literals(source, candidate.name)
+    problem = untestable_literal(literals, options.device)
+    if problem is not None:
+        line, message = problem
+        return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{line}: [grid-literal] {message}",
+                       static_violations=[{"rule": "grid-literal", "line": line, "message": message}])
+    fixed = reference.cases if reference is not None else evaluation_cases(spec, options.device)
+    known = {c.id for c in fixed}
+    extras = [c for c in per_evaluation_cases(spec, options.device, batch_sizes_around(literals)) if c.id not in known]
+    kernels = ["candidate", "seed"] + (["parent"] if parent is not None else [])
+    plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels) if options.timing else None
+    digests = plan.candidate_seeds() if plan else None
+    lenient = frozenset(c.id for c in extras)
     if reference is None:
-        reference = compute_reference(spec, options)
+        # One seed worker for the fixed cases, this evaluation's cases and the timed inputs.
+        extra_outputs, seed_result, seed_times = _run_seed(spec, options, fixed + extras, digests, lenient)
+        reference = _reference(spec, fixed, extra_outputs, seed_result, seed_times)
+        seed_times = {k: v for k, v in seed_times.items() if k != "parity"}  # already the reference's
+    else:
+        extra_outputs, seed_result, seed_times = _run_seed(spec, options, extras, digests, lenient)
+    extras = [c for c in extras if c.id in extra_outputs]
+    cases = reference.cases + extras
+    expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras})
     box = _Sandbox(spec, options.keep_workdir)
     try:
         kernel = box.add("candidate.py", candidate)
         extra = {"seed_kernel": box.add("seed_kernel.py", spec.source)}
         if parent is not None:
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
-        if options.timing:
-            extra["timing"] = {"rounds": options.rounds, "warmup": options.warmup}
-        proc = box.run(_request("candidate", kernel, options.device, reference.cases, **extra), options)
+        if plan is not None:
+            extra["timing"] = plan.to_request()
+        watch = box.watch(_phase_limits(options, reference, seed_times, len(kernels)),
+                          f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
+        proc = box.run(_request("candidate", kernel, options.device, cases, **extra), options, watch)
         result = box.result()
-        verdict = _sandbox_failure(proc, result, options.timeout_s) or _judge(
-            spec, options.device, reference, box.outputs(), result, box.dir / kernel)
+        verdict = _sandbox_failure(proc, result, watch)
+        if verdict is None:
+            verdict = _judge(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
+            if verdict.passed and plan is not None:
+                failed = judge_timed_calls(plan, result["timing"].get("calls", {}), seed_result.get("digests", {}),
+                                           box.dir / kernel)
+                if failed is not None:
+                    verdict.outcome, verdict.reason = failed.outcome, failed.reason
+                    verdict.speedup = verdict.speedup_vs_parent = verdict.speedup_vs_parent_low = None
         verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
         return verdict
     finally:
         box.close()
 
 
-def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict, kernel_file: Path) -> Verdict:
+def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int) -> dict[str, float]:
+    """Per-phase limits for the candidate's worker; none when ``--timeout`` fixes one."""
+    if options.timeout_s is not None:
+        return {}
+    fixed = reference.phase_seconds
+    parity = fixed.get("parity")
+    limits = {"load": derived_limit(fixed.get("load", seed_times.get("load"))),
+              "parity": derived_limit(None if parity is None else parity + seed_times.get("parity", 0.0))}
+    if options.timing:
+        digests = seed_times.get("digests")
+        limits["timing"] = derived_limit(None if digests is None else digests * kernels)
+        limits["recheck"] = derived_limit(digests)
+    return limits
+
+
+def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: dict, result: dict,
+           kernel_file: Path) -> Verdict:
     env = result.get("environment", {})
     results: list[CaseResult] = []
-    for case in reference.cases:
+    for case in all_cases:
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, reference.outputs[case.id], r))
-    cases = [r.to_dict() for r in results]
+        results.append(judge_against(case, out, expected[case.id], r))
+    # Each case's parameters travel with its result: a drawn case is in no grid to look up.
+    cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
     failed = next((r for r in results if not r.passed), None)
     if failed is not None:
         outcome = Outcome.INTEGRITY_FAILED if failed.failed in INTEGRITY_CHECKS else Outcome.PARITY_FAILED
@@ -270,15 +374,6 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
     timing = result.get("timing")
     if not timing:
         return Verdict(Outcome.PASSED, None, cases=cases, environment=env)
-    for cell in spec.workload_for(device):
-        pair = outputs["recheck"][cell.name]
-        problem = meta_difference(pair["seed"], pair["candidate"])
-        mm = None if problem else first_mismatch(pair["seed"], pair["candidate"])
-        if problem or mm:
-            text = problem or mm.describe()
-            return Verdict(Outcome.PARITY_FAILED, f"timing cell {cell.name} re-check after timing: {text}",
-                           cases=cases, first_mismatch=dict(mm.to_dict(), case=f"timing:{cell.name}") if mm else None,
-                           environment=env)
     cells = _cells(spec, device, timing["samples"])
     verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
                       timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)

@@ -1,7 +1,11 @@
 """``tik-agent check-seed``: is a seed correct, deterministic and batch invariant?
 
-The seed is the user's own trusted code, so it runs in this process.  Every
-parity case runs; correctness is judged against the seed's float64 reference
+The seed is the user's own trusted code, so it runs in this process.  It runs
+the cases ``optimize``'s audit of the seed runs, with the same checks: the
+fixed grid (parity, hidden shapes, the workload invariance case, batch sizes
+above the largest workload M), the sizes around every literal the seed
+compares with, and batch sizes drawn for this check (as each evaluation draws
+its own).  Correctness is also judged against the seed's float64 reference
 (when it has one) on the regimes where a reference is meaningful.
 """
 
@@ -16,7 +20,7 @@ from typing import Callable
 from tik_agent.backends import device as devices
 from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.spec.cases import Case, make_inputs, parity_cases
+from tik_agent.spec.cases import Case, describe, evaluation_cases, make_inputs, unique
 from tik_agent.errors import SpecError
 from tik_agent.judge.parity import CaseResult, Check, judge_reference, judge_self
 from tik_agent.spec.schema import KernelSpec
@@ -37,6 +41,12 @@ class SeedReport:
     results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     reference_used: bool = False
+    planned: list[Case] = field(default_factory=list)
+
+    @property
+    def cases_text(self) -> str:
+        """How many cases, and why each group is there."""
+        return describe(self.planned)
 
     @property
     def passed(self) -> bool:
@@ -69,6 +79,18 @@ def load_reference(spec: KernelSpec) -> Callable | None:
     return fn
 
 
+def audit_cases(spec: KernelSpec, device: str) -> list[Case]:
+    """The cases an evaluation of the seed runs (its drawn sizes drawn afresh)."""
+    from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
+    from tik_agent.judge.plan import per_evaluation_cases
+
+    literals = compared_literals(spec.source.read_text(), spec.source.name)
+    problem = untestable_literal(literals, device)
+    if problem is not None:
+        raise SpecError(f"{spec.source}:{problem[0]}: {problem[1]}")
+    return unique(evaluation_cases(spec, device) + per_evaluation_cases(spec, device, batch_sizes_around(literals)))
+
+
 def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, stop_at_first: bool = True) -> SeedReport:
     from tik_agent.sandbox.harness import Runner, load_seed_entry
 
@@ -77,9 +99,10 @@ def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, s
     entry = load_seed_entry(spec)
     reference = load_reference(spec)
     runner = Runner(entry, spec, device)
-    report = SeedReport(spec, device, reference_used=reference is not None)
+    planned = cases if cases is not None else audit_cases(spec, device)
+    report = SeedReport(spec, device, reference_used=reference is not None, planned=planned)
     start = time.perf_counter()
-    for case in cases if cases is not None else parity_cases(spec):
+    for case in planned:
         result = _check_case(spec, case, runner, reference, device)
         report.results.append(result)
         log.debug("%s: %s", case.id, "ok" if result.passed else result.message)

@@ -102,7 +102,7 @@ class RunConfig:
     device: str
     rounds: int
     warmup: int
-    eval_timeout_s: float
+    eval_timeout_s: float | None   # None: per-phase limits derived from the seed's times
     workers: int
     limits: Limits
     search: SearchSettings = field(default_factory=SearchSettings)

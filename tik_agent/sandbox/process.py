@@ -115,6 +115,8 @@ class SandboxResult:
     stdout: str
     stderr: str
     isolation: "IsolationReport | None" = None
+    # Why a watchdog callback had the child killed (then ``timed_out`` is True too).
+    watchdog_reason: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -269,13 +271,18 @@ def _kill_group(pgid: int) -> None:
         logger.warning("could not kill process group %d: %s", pgid, err)
 
 
-def _wait_without_reaping(pid: int, deadline: float) -> bool:
-    """Wait until ``pid`` exits or the deadline passes; True if it exited.
+WATCHDOG_POLL_SECONDS = 0.25
+
+
+def _wait_without_reaping(pid: int, deadline: float, watchdog: Callable[[], str | None] | None = None) -> bool | str:
+    """Wait until ``pid`` exits or the deadline passes; True if it exited, False at the
+    deadline, the watchdog's reason when the watchdog asked for a kill.
 
     The child is left a zombie (WNOWAIT) so its pid, which is also the process group
     id, cannot be reused before we have killed the rest of the group.
     """
     delay = 0.001
+    next_poll = time.monotonic() + WATCHDOG_POLL_SECONDS
     while True:
         try:
             info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -283,7 +290,13 @@ def _wait_without_reaping(pid: int, deadline: float) -> bool:
             return True
         if info is not None and info.si_pid == pid:
             return True
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        if watchdog is not None and now >= next_poll:
+            next_poll = now + WATCHDOG_POLL_SECONDS
+            reason = watchdog()
+            if reason:
+                return str(reason)
+        remaining = deadline - now
         if remaining <= 0:
             return False
         time.sleep(min(delay, remaining))
@@ -302,9 +315,13 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 
 def run_sandboxed(
     argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str],
-    *, isolation: "Isolation | None" = None,
+    *, isolation: "Isolation | None" = None, watchdog: Callable[[], str | None] | None = None,
 ) -> SandboxResult:
     """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
+
+    ``watchdog``, when given, is called about every quarter second while the child
+    runs; a non-empty string it returns kills the child's group at once, and comes
+    back as ``watchdog_reason`` (with ``timed_out`` set).  It must not block.
 
     ``env`` is used as given: build it with :func:`scrubbed_environment`.  The child's
     stdout and stderr go to ``sandbox.stdout``/``sandbox.stderr`` in ``workdir`` and
@@ -343,7 +360,7 @@ def run_sandboxed(
         )
         logger.debug("sandbox pid %d started: %s", proc.pid, " ".join(argv))
         try:
-            exited = _wait_without_reaping(proc.pid, start + limits.wall_seconds)
+            waited = _wait_without_reaping(proc.pid, start + limits.wall_seconds, watchdog)
         except BaseException:  # KeyboardInterrupt above all: never leave the group running
             _kill_group(proc.pid)
             _reap(proc)
@@ -352,7 +369,11 @@ def run_sandboxed(
         status = _reap(proc)
         wall = time.monotonic() - start
         stdout, stderr = _read_tail(out), _read_tail(err)
-    if not exited:
+    exited = waited is True
+    reason = waited if isinstance(waited, str) else None
+    if reason:
+        logger.info("sandbox pid %d killed by its watchdog: %s", proc.pid, reason)
+    elif not exited:
         logger.info("sandbox pid %d killed after %.1f s wall-clock limit", proc.pid, limits.wall_seconds)
     if status is None:
         returncode, killed_by = None, int(signal.SIGKILL)
@@ -363,4 +384,4 @@ def run_sandboxed(
         returncode, killed_by = None, status - 128
     else:
         returncode, killed_by = status, None
-    return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr, iso.report())
+    return SandboxResult(returncode, not exited, killed_by, wall, stdout, stderr, iso.report(), reason)

@@ -7,14 +7,19 @@ worktree), so that the worker always runs the parent's code.
 
 Modes:
 
-* ``reference``: load the seed, run every parity case, save the outputs.
+* ``reference``: load the seed, run every parity case, save the outputs;
+  when the request lists timing inputs (``digests``), also digest the seed's
+  output on each of them (the trusted half of the timed-call check).
 * ``candidate``: load the candidate, run every parity case *before* the seed
   is loaded (the seed's outputs never exist in this process, so freed memory
   cannot hand them to the candidate), save the outputs; then, when timing is
-  requested, load the seed (and the parent), time them side by side with the
-  candidate in interleaved rounds on fresh inputs, and finally run candidate
-  then seed once more per workload cell so the trusted side can re-check the
-  candidate's bits at the timing shapes.
+  requested, load the seed (and the parent) and time them side by side with
+  the candidate in interleaved rounds, keeping a digest of the candidate's
+  output of every call (:mod:`tik_agent.sandbox.timed`).
+
+The request is deleted as soon as it is read (it holds the secret plan's
+seeds).  The worker reports its phase (load, parity, timing, recheck, digests)
+in ``progress`` so that the parent can apply a limit per phase.
 
 The worker judges nothing: tensors go to ``outputs.pt`` and facts to
 ``result.json``; the trusted parent compares.  It imports only what
@@ -30,6 +35,7 @@ from pathlib import Path
 
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
+PROGRESS_FILE = "progress"
 TRACE_LIMIT = 4000
 
 
@@ -58,6 +64,7 @@ def main(argv: list[str]) -> int:
     request_path = Path(argv[0]).resolve()
     workdir = request_path.parent
     request = json.loads(request_path.read_text())
+    request_path.unlink()
     result: dict = {"status": "ok"}
     try:
         _run(request, workdir, result)
@@ -66,9 +73,20 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _progress(workdir: Path):
+    def report(phase: str) -> None:
+        tmp = workdir / (PROGRESS_FILE + ".tmp")
+        tmp.write_text(phase + "\n")
+        tmp.replace(workdir / PROGRESS_FILE)
+
+    return report
+
+
 def _run(request: dict, workdir: Path, result: dict) -> None:
     from tik_agent.backends import device as devices
 
+    progress = _progress(workdir)
+    progress("load")
     device = request["device"]
     devices.prepare(device)
     import torch  # noqa: F401  (imported before the guard: it loads native code)
@@ -77,6 +95,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     from tik_agent.sandbox import launches
     from tik_agent.spec.cases import Case
     from tik_agent.sandbox.harness import KernelLoadError, Runner, load_entry
+    from tik_agent.sandbox.timed import seed_digests, time_kernels
     from tik_agent.spec.schema import load_spec
 
     if device == "cuda":
@@ -99,7 +118,8 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         return
 
     runner = Runner(entry, spec, device)
-    outputs: dict = {"cases": {}, "recheck": {}}
+    outputs: dict = {"cases": {}}
+    progress("parity")
     for raw in request["cases"]:
         case = Case.from_dict(raw)
         try:
@@ -109,13 +129,16 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             _save(outputs, workdir)
             return
+    if request.get("digests"):
+        progress("digests")
+        result["digests"] = seed_digests(spec, device, entry, request["digests"])
     timing = request.get("timing")
     if timing:
-        others = {"seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
+        kernels = {"candidate": entry, "seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
         if request.get("parent_kernel"):
-            others["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
+            kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
-            result["timing"], outputs["recheck"] = _time(spec, device, entry, others, timing)
+            result["timing"] = time_kernels(spec, device, kernels, timing, progress)
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -126,45 +149,6 @@ def _save(outputs: dict, workdir: Path) -> None:
     import torch
 
     torch.save(outputs, workdir / OUTPUTS_FILE)
-
-
-def _time(spec, device, candidate, others, timing):
-    """Interleaved rounds: each round times every kernel once per cell, in rotating order."""
-    from tik_agent.backends.timers import timer_for
-    from tik_agent.spec.cases import make_inputs, workload_case
-
-    timer = timer_for(device)
-    kernels = {"candidate": candidate, **others}
-    names = list(kernels)
-    kwargs = dict(spec.kwargs)
-    samples = {cell.name: {n: [] for n in names} for cell in spec.workload_for(device)}
-    serial = 0
-
-    def fresh(cell):
-        nonlocal serial
-        serial += 1
-        return make_inputs(spec, workload_case(cell, 10_000 + serial), device)
-
-    for _ in range(int(timing["warmup"])):
-        for cell in spec.workload_for(device):
-            for name in names:
-                kernels[name](*fresh(cell), **kwargs)
-    for r in range(int(timing["rounds"])):
-        for cell in spec.workload_for(device):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for name in order:
-                inputs = fresh(cell)
-                ms, _ = timer.measure(lambda: kernels[name](*inputs, **kwargs))
-                samples[cell.name][name].append(ms)
-    recheck = {}
-    for cell in spec.workload_for(device):
-        inputs = fresh(cell)
-        # The candidate first: freed memory holds only outputs of *other* inputs,
-        # so a candidate that returns stale memory cannot match the seed here.
-        cand = candidate(*inputs, **kwargs)
-        ref = others["seed"](*inputs, **kwargs)
-        recheck[cell.name] = {"candidate": cand, "seed": ref}
-    return {"timer": timer.name, "samples": samples}, recheck
 
 
 if __name__ == "__main__":

@@ -12,14 +12,23 @@ Grid shape (cost matters: every case runs under the CPU interpreter):
 * one *invariance case* per (dtype, dims combination) at the largest batch
   size, cycling through the regimes: each row is also run alone, and random
   sub-batches (shuffled rows, and a prefix view) are run and compared with
-  the full batch.
+  the full batch;
+* *above-grid cases*: batch sizes beyond the largest workload M (on the CPU
+  at least 65, 128 and 257), the first at the largest dims, the others at the
+  smallest so that they stay cheap,
+  each a parity and an invariance case (a sample of rows run alone): a
+  launcher that switches strategy for large batches meets them.
+
+Cases drawn per evaluation (secret M values, sizes around the literals a
+candidate compares with) are built here too, by :func:`extra_case`, but
+chosen on the trusted side (:mod:`tik_agent.judge.plan`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from tik_agent.spec.schema import KernelSpec, WorkloadCell
@@ -42,24 +51,29 @@ class Case:
     invariance: bool = False
     subbatches: int = 0
     hidden: bool = False  # shapes the agent never sees (held-out dims)
+    rows_sample: int = 0  # rows run alone: 0 = every row, else this many (seeded sample)
+    # Why the case exists (grid, hidden, above-grid, drawn, literal): reported, not part of the id.
+    origin: str = field(default="grid", compare=False)
 
     @property
     def id(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
         kind = ("hinv" if self.hidden else "inv") if self.invariance else "hid" if self.hidden else "par"
-        return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}"
+        rows = f":r{self.rows_sample}" if self.rows_sample else ""
+        return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}{rows}"
 
     def to_dict(self) -> dict:
         return {
             "m": self.m, "dims": dict(self.dims), "dtype": self.dtype, "regime": self.regime,
             "seed": self.seed, "invariance": self.invariance, "subbatches": self.subbatches,
-            "hidden": self.hidden,
+            "hidden": self.hidden, "rows_sample": self.rows_sample, "origin": self.origin,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Case":
         return cls(int(d["m"]), dict(d["dims"]), d["dtype"], d["regime"], int(d["seed"]),
-                   bool(d["invariance"]), int(d["subbatches"]), bool(d.get("hidden", False)))
+                   bool(d["invariance"]), int(d["subbatches"]), bool(d.get("hidden", False)),
+                   int(d.get("rows_sample", 0)), str(d.get("origin", "grid")))
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,20 @@ def case_seed(case: Case) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def rows_alone(case: Case) -> list[int]:
+    """The rows run on their own for an invariance case: all of them, or a
+    seeded sample that always holds the first and the last row."""
+    if not case.invariance:
+        return []
+    if not case.rows_sample or case.rows_sample >= case.m:
+        return list(range(case.m))
+    import torch
+
+    gen = torch.Generator().manual_seed(case_seed(case) ^ 0x0A1F)
+    middle = (torch.randperm(case.m - 2, generator=gen)[: max(0, case.rows_sample - 2)] + 1).tolist()
+    return sorted({0, case.m - 1, *(int(i) for i in middle)})
+
+
 def subbatches(case: Case) -> list[SubBatch]:
     """Random row subsets (shuffled) and one prefix, all seeded by the case."""
     import torch
@@ -112,6 +140,11 @@ def subbatches(case: Case) -> list[SubBatch]:
     if not case.invariance or case.m < 2:
         return []
     gen = torch.Generator().manual_seed(case_seed(case) ^ 0x5EED)
+    if case.rows_sample:
+        # A large case: sub-batches as small as the rows-alone sample (cost is per row).
+        size = min(case.rows_sample, case.m - 1)
+        perm = torch.randperm(case.m, generator=gen)[:size]
+        return [SubBatch(tuple(int(i) for i in perm)), SubBatch(tuple(range(size)), prefix=True)]
     out = []
     for _ in range(case.subbatches):
         size = int(torch.randint(1, case.m, (1,), generator=gen))
@@ -184,7 +217,8 @@ def hidden_cases(spec: KernelSpec) -> list[Case]:
         dims[name] = ((lo + hi) // 2) | 1 if hi - lo > 2 else hi + 13
     m = max(b for b in spec.parity.batch_sizes) + 2
     m |= 1
-    return [Case(m, dims, dtype, spec.parity.regimes[i % len(spec.parity.regimes)], spec.parity.seeds[0], hidden=True)
+    return [Case(m, dims, dtype, spec.parity.regimes[i % len(spec.parity.regimes)], spec.parity.seeds[0], hidden=True,
+                 origin="hidden")
             for i, dtype in enumerate(spec.parity.dtypes)]
 
 
@@ -193,8 +227,84 @@ def workload_invariance_case(spec: KernelSpec, device: str) -> Case:
     then spans batch sizes from 1 up to the largest workload batch."""
     cell = max(spec.workload_for(device), key=lambda c: (c.m, sorted(c.dims.items())))
     return Case(cell.m, dict(cell.dims), cell.dtype, "normal", spec.parity.seeds[0],
-                invariance=True, subbatches=1, hidden=True)
+                invariance=True, subbatches=1, hidden=True, origin="hidden")
+
+
+# Batch sizes every CPU evaluation covers above its workload (the issue's floor).
+CPU_ABOVE_GRID = (65, 128, 257)
+# Rows of a large case that also run alone: a sample, so a big batch stays cheap.
+ABOVE_GRID_ROWS = 8
+# Largest batch a case may have on each device: the interpreter pays per row.
+MAX_BATCH = {"cpu": 8193, "cuda": 1 << 17}
+
+
+def largest_batch(spec: KernelSpec, device: str) -> int:
+    """The largest M the fixed grid and the device's workload use."""
+    return max([*spec.parity.batch_sizes, *(c.m for c in spec.workload_for(device))])
+
+
+def smallest_dims(spec: KernelSpec) -> dict[str, int]:
+    return {name: min(values) for name, values in spec.dims.items()}
+
+
+def fp32_first(spec: KernelSpec) -> list[str]:
+    """The grid's dtypes, float32 first: bf16 outputs hide reduction-order changes."""
+    dtypes = list(spec.parity.dtypes)
+    return sorted(dtypes, key=lambda d: d != "float32")
+
+
+def above_grid_sizes(spec: KernelSpec, device: str) -> list[int]:
+    top = largest_batch(spec, device)
+    sizes = set(CPU_ABOVE_GRID) if device == "cpu" and top < CPU_ABOVE_GRID[0] else {top + 1, 2 * top, 4 * top + 1}
+    return sorted(m for m in sizes if top < m <= MAX_BATCH.get(device, MAX_BATCH["cuda"]))
+
+
+def above_grid_cases(spec: KernelSpec, device: str) -> list[Case]:
+    """Parity and invariance above the largest workload batch, at the smallest dims,
+    in float32 (where reduction-order changes show; other dtypes meet large
+    batches in the drawn cases)."""
+    dtype = fp32_first(spec)[0]
+    largest = {name: max(values) for name, values in spec.dims.items()}
+    # The first size at the largest dims: a chunk switch shows only where a row
+    # spans more than one chunk; the larger sizes at the smallest dims (cost).
+    return [extra_case(spec, m, largest if i == 0 else smallest_dims(spec), dtype, "normal", spec.parity.seeds[0],
+                       origin="above-grid", hidden=False)
+            for i, m in enumerate(above_grid_sizes(spec, device))]
+
+
+def extra_case(spec: KernelSpec, m: int, dims: Mapping[str, int], dtype: str, regime: str, seed: int,
+               origin: str, hidden: bool = True) -> Case:
+    """An invariance case at batch ``m``; above ``ABOVE_GRID_ROWS`` rows a *large* case:
+    one full batch (no second run: parity with the seed catches unwritten
+    output there), a sample of rows alone and two small sub-batches."""
+    return Case(m, dict(dims), dtype, regime, seed, invariance=True, subbatches=1, hidden=hidden,
+                rows_sample=ABOVE_GRID_ROWS if m > ABOVE_GRID_ROWS else 0, origin=origin)
 
 
 def evaluation_cases(spec: KernelSpec, device: str) -> list[Case]:
-    return parity_cases(spec) + hidden_cases(spec) + [workload_invariance_case(spec, device)]
+    """The fixed cases of every evaluation (the cached reference holds their outputs)."""
+    return unique(parity_cases(spec) + hidden_cases(spec) + [workload_invariance_case(spec, device)]
+                  + above_grid_cases(spec, device))
+
+
+def unique(cases: list[Case]) -> list[Case]:
+    """Cases with distinct ids, first occurrence kept (outputs are keyed by id)."""
+    seen: set[str] = set()
+    out = []
+    for case in cases:
+        if case.id not in seen:
+            seen.add(case.id)
+            out.append(case)
+    return out
+
+
+def describe(cases: list[Case]) -> str:
+    """How many cases and why, e.g. '97 cases: 90 grid, 3 hidden, 3 above-grid (M=65,128,257), 1 drawn'."""
+    groups: dict[str, list[int]] = {}
+    for case in cases:
+        groups.setdefault(case.origin, []).append(case.m)
+    parts = []
+    for origin, ms in groups.items():
+        shown = f" (M={','.join(str(m) for m in sorted(set(ms)))})" if origin in ("above-grid", "literal") else ""
+        parts.append(f"{len(ms)} {origin}{shown}")
+    return f"{len(cases)} cases: " + ", ".join(parts)

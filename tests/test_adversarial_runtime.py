@@ -1,0 +1,125 @@
+"""The run-time corpus (tests/adversarial/runtime): timing cheats and grid gaps, each
+rejected by the run-time check made for it, with the static rules bypassed.
+
+Every file there names its expected outcome on its first line.  The files are
+evaluated through ``evaluate_sandboxed`` (everything below the static rules),
+because the static rules may stop some of them first and this suite proves the
+run-time layer on its own.  The spec is the small rmsnorm grid with a second
+timing cell (M=5, N=384) that no parity case uses.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from seedutil import edit, small_rmsnorm
+from tik_agent.judge import phases
+from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate_sandboxed
+from tik_agent.judge.records import Outcome
+from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.schema import load_spec
+
+CORPUS = Path(__file__).parent / "adversarial" / "runtime"
+EXTRA_CELL = """[[workload]]
+name = "tiny"
+M = 5
+N = 384
+dtype = "float32"
+weight = 1.0
+
+"""
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    seed = small_rmsnorm(tmp_path_factory.mktemp("seed"))
+    edit(seed / "spec.toml", "[tunables]", EXTRA_CELL + "[tunables]")
+    return load_spec(seed)
+
+
+@pytest.fixture(scope="module")
+def options():
+    from conftest import DEVICE
+
+    return EvalOptions(device=DEVICE, rounds=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def reference(spec, options):
+    return compute_reference(spec, options)
+
+
+def _origin(spec, device, case_id: str) -> str:
+    return next(c.origin for c in evaluation_cases(spec, device) if c.id == case_id)
+
+
+def test_every_corpus_file_states_its_expectation():
+    files = sorted(CORPUS.glob("*.py"))
+    assert len(files) >= 8
+    for f in files:
+        assert f.read_text().startswith("# expect: "), f.name
+
+
+def test_the_honest_seed_passes_every_timed_call_check(spec, options, reference):
+    """Negative control: the checks below must not reject a kernel that keeps its bits."""
+    verdict = evaluate_sandboxed(spec, spec.source, options, reference)
+    assert verdict.passed, verdict.reason
+    assert verdict.speedup is not None and len(verdict.timing) == 2
+    assert len(verdict.cases) > len(reference.cases)  # the drawn and literal cases ran too
+
+
+@pytest.mark.parametrize("name", ["count_default_container.py", "count_jit_state.py"])
+def test_call_counting_cheat_is_an_integrity_failure(spec, options, reference, name):
+    if options.device != "cpu" and name == "count_jit_state.py":
+        pytest.skip("a @triton.jit body runs as Python only under the CPU interpreter")
+    verdict = evaluate_sandboxed(spec, CORPUS / name, options, reference)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
+    assert "timing:small: [timed-call]" in verdict.reason and "of cell small" in verdict.reason
+    assert "differs from the seed" in verdict.reason and verdict.speedup is None
+    assert all(c["passed"] for c in verdict.cases)  # parity alone would have let it through
+
+
+def test_shape_detection_is_caught_at_the_timing_shape(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "shape_detect.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert verdict.reason.startswith("timing:tiny: [parity] all"), verdict.reason
+    assert all(c["passed"] for c in verdict.cases)
+
+
+def test_chunk_switch_above_the_grid_is_caught_by_an_above_grid_case(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "chunk_above_grid.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    case_id = verdict.reason.split(": [")[0]
+    assert _origin(spec, options.device, case_id) == "above-grid", verdict.reason
+    assert "[invariance]" in verdict.reason or "[parity]" in verdict.reason
+
+
+def test_switch_on_a_literal_is_caught_by_the_sizes_around_it(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "literal_switch.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert verdict.reason.split(":M=")[1].split(",")[0] in ("41", "42"), verdict.reason
+    failed = next(c for c in verdict.cases if not c["passed"])
+    assert failed["case"] not in {c.id for c in reference.cases}  # not a fixed case: one added for the literal
+
+
+def test_a_literal_too_large_to_test_is_refused(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "literal_too_large.py", options, reference)
+    assert verdict.outcome is Outcome.REJECTED_STATIC
+    assert "[grid-literal] compares with 100000" in verdict.reason and "8193" in verdict.reason
+
+
+def test_a_hang_in_the_timing_phase_is_killed_with_its_phase_named(spec, options, reference, monkeypatch):
+    monkeypatch.setattr(phases, "FLOOR_S", 8.0)
+    monkeypatch.setattr(phases, "FACTOR", 4.0)
+    start = time.monotonic()
+    verdict = evaluate_sandboxed(spec, CORPUS / "hang_when_timed.py", options, reference)
+    assert verdict.outcome is Outcome.TIMEOUT, verdict.reason
+    assert "the timing phase ran past its" in verdict.reason, verdict.reason
+    assert time.monotonic() - start < 200
+
+
+def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", EvalOptions(device=options.device, timing=False),
+                                 reference)
+    assert verdict.passed, verdict.reason  # it raises at import if request.json is still there

@@ -1,0 +1,89 @@
+"""A wall-clock limit per worker phase, derived from the seed's own times.
+
+The worker writes its phase (load, parity, timing, recheck, digests) into a
+small ``progress`` file in its sandbox directory; :class:`PhaseWatch` is the
+parent's watchdog over it (polled by
+:func:`tik_agent.sandbox.process.run_sandboxed`).  The file is the candidate's
+to write too, so nothing it says is trusted beyond this: phases only move
+forward in the parent's eyes, each gets its own limit, and the sum of the
+limits is the worker's hard wall-clock limit, so lying about the phase buys at
+most the budget of the phases skipped.
+
+Default limits: a few times what the same phase cost the seed on this device,
+never under a floor (start-up noise, a loaded machine).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PHASES = ("load", "parity", "digests", "timing", "recheck")
+FLOOR_S = 60.0
+FACTOR = 5.0
+# Without a measurement (an old cached reference): the former flat default.
+UNMEASURED_S = 900.0
+
+
+def derived_limit(seed_seconds: float | None) -> float:
+    if seed_seconds is None:
+        return UNMEASURED_S
+    return max(FLOOR_S, FACTOR * seed_seconds)
+
+
+def read_phase(path: Path) -> str | None:
+    """The phase named in ``path``; never follows a link, never blocks on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode("ascii", errors="replace").strip()
+    finally:
+        os.close(fd)
+    return text if text in PHASES else None
+
+
+@dataclass
+class PhaseWatch:
+    """Watchdog over a worker's progress file; records how long each phase took."""
+
+    progress: Path
+    limits: dict[str, float]          # phase -> seconds
+    basis: str = "the seed's own times"
+    phase: str = "load"
+    started: dict[str, float] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.started[self.phase] = time.monotonic()
+
+    def total(self) -> float:
+        return sum(self.limits.get(p, 0.0) for p in PHASES if p in self.limits)
+
+    def _advance(self, now: float) -> None:
+        seen = read_phase(self.progress)
+        if seen is None or seen == self.phase or PHASES.index(seen) < PHASES.index(self.phase):
+            return
+        self.durations[self.phase] = now - self.started[self.phase]
+        self.phase = seen
+        self.started[seen] = now
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        self._advance(now)
+        limit = self.limits.get(self.phase)
+        if limit is not None and now - self.started[self.phase] > limit:
+            return f"the {self.phase} phase ran past its {limit:g} s limit ({self.basis})"
+        return None
+
+    def finish(self) -> None:
+        """Close the last phase (after the worker ended)."""
+        now = time.monotonic()
+        self._advance(now)
+        self.durations.setdefault(self.phase, now - self.started[self.phase])
