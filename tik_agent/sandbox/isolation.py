@@ -19,6 +19,12 @@ In every mode the program is started through :mod:`tik_agent.sandbox.confine`
 dies with it: the namespace's init is killed with it (bwrap's ``--die-with-parent``,
 unshare's ``--kill-child``), which takes the whole PID namespace along.
 
+Why these tools: bubblewrap is the one widely packaged program that builds a
+whole mount view (read-only binds, tmpfs root, fresh /proc) in one unprivileged
+or root exec, and it works both as root in CI and as a normal user with user
+namespaces; util-linux is on every Linux, so it is the fallback.  Seccomp and
+Landlock come from the kernel in every mode and need no privileges.
+
 CUDA is not tested here (no GPU on the project's CPU machines): when ``/dev/nvidia*``
 exist they are bound into the view with ``/sys`` and the whole of ``/proc`` readable,
 which is what the driver is known to need; if that is not enough on a GPU node, the
