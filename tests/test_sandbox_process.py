@@ -249,7 +249,7 @@ def test_keyboard_interrupt_kills_the_group_and_reraises(tmp_path: Path, monkeyp
                                                         marker: str) -> None:
     pid_file = tmp_path / "grandchild.pid"
 
-    def interrupted(pid: int, deadline: float) -> bool:
+    def interrupted(pid: int, deadline: float, watchdog=None) -> bool:
         while not pid_file.exists() or not pid_file.read_text():
             time.sleep(0.02)
         raise KeyboardInterrupt

@@ -50,7 +50,7 @@ from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, RESULT_FILE, worker_argv
+from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
@@ -130,7 +130,7 @@ class _Sandbox:
         return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
 
     def run(self, request: dict, options: EvalOptions, watch: PhaseWatch):
-        (self.dir / "request.json").write_text(json.dumps(request))
+        (self.dir / REQUEST_FILE).write_text(json.dumps(request))
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
@@ -143,7 +143,8 @@ class _Sandbox:
             max_processes=4096,
         )
         env = scrubbed_environment(extra, workdir=self.dir)
-        proc = run_sandboxed(worker_argv("request.json"), self.dir, limits, env, watchdog=watch)
+        proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
+                             private=(REQUEST_FILE,))
         watch.finish()
         return from_worker(proc)
 

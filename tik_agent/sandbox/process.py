@@ -316,6 +316,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 def run_sandboxed(
     argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str],
     *, isolation: "Isolation | None" = None, watchdog: Callable[[], str | None] | None = None,
+    private: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
 
@@ -325,7 +326,9 @@ def run_sandboxed(
 
     ``env`` is used as given: build it with :func:`scrubbed_environment`.  The child's
     stdout and stderr go to ``sandbox.stdout``/``sandbox.stderr`` in ``workdir`` and
-    their last 20 kB come back in the result.  ``isolation`` defaults to the strongest
+    their last 20 kB come back in the result.  ``private`` names files of ``workdir``
+    that the child may remove (read before any untrusted code runs, e.g. its request).
+    ``isolation`` defaults to the strongest
     the machine gives (:func:`tik_agent.sandbox.isolation.best`); files already in
     ``workdir`` are the child's read-only inputs there.  Raises OSError if ``argv``
     cannot be started (e.g. the executable does not exist).
@@ -348,7 +351,7 @@ def run_sandboxed(
     start = time.monotonic()
     with (workdir / STDOUT_NAME).open("w+b") as out, (workdir / STDERR_NAME).open("w+b") as err:
         proc = subprocess.Popen(
-            iso.wrap(argv, workdir, keep_private=(STDOUT_NAME, STDERR_NAME)),
+            iso.wrap(argv, workdir, keep_private=(STDOUT_NAME, STDERR_NAME, *private)),
             cwd=workdir,
             env=dict(env),
             stdin=subprocess.DEVNULL,

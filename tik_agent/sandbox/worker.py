@@ -33,6 +33,7 @@ import sys
 import traceback
 from pathlib import Path
 
+REQUEST_FILE = "request.json"
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
 PROGRESS_FILE = "progress"
