@@ -93,6 +93,23 @@ def reopen(path: Path, config: RunConfig) -> Session:
     return _open(path, config)
 
 
+def holder(path: Path) -> str | None:
+    """The pid holding the run's lock (a session in progress), or None.  The lock is a
+    flock, so a killed process releases it: a dead run never shows as running."""
+    lock = Path(path) / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 32).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)  # releases the shared lock if it was taken
+    return None
+
+
 def _lock(path: Path) -> int:
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
