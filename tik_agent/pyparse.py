@@ -9,6 +9,7 @@ replies and candidates from worker threads, so every parse goes through one lock
 from __future__ import annotations
 
 import ast
+import hashlib
 import threading
 
 _LOCK = threading.Lock()
@@ -17,3 +18,13 @@ _LOCK = threading.Lock()
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:
     with _LOCK:
         return ast.parse(source, filename=filename)
+
+
+def source_key(source: str) -> str:
+    """A hash of what a source *is*: its AST, so that comments, blank lines and layout do
+    not make a kernel new.  A source that does not parse is keyed by its stripped text."""
+    try:
+        text = ast.dump(parse(source))
+    except (SyntaxError, ValueError):
+        text = source.strip()
+    return hashlib.sha256(text.encode()).hexdigest()

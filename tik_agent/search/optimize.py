@@ -19,7 +19,6 @@ summary is written with ``stop_reason = "interrupted"`` within seconds.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tik_agent import pyparse
 from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
@@ -49,10 +49,6 @@ SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made whil
 
 # Outcomes that say the agent had nothing new to offer from a parent (see frontier exhaustion).
 _NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
-
-
-def _sha(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
 
 
 class _Abandoned(Exception):
@@ -112,14 +108,18 @@ class Optimizer:
         self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
         for kernel in session.lineage.accepted():
             self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
-        # (parent commit, candidate sha256) -> the attempt that proposed it: nothing is evaluated twice
-        self._sources: dict[tuple[str, str], str] = {}
+        # pyparse.source_key -> the attempt (or lineage kernel) that had it first, from any
+        # parent: nothing is evaluated twice in a run, and a duplicate reuses that verdict.
+        self._sources: dict[str, str] = {}
+        for member in [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
+                Member(k.commit, k.attempt_id, k.speedup_vs_seed) for k in session.lineage.accepted()]:
+            self._sources.setdefault(pyparse.source_key(self._briefing.kernel(member.commit)[0]), member.name)
         self._since_improvement = 0
         best = 1.0
         for r in self._records:
             source = session.store.read(r.attempt_id, "candidate.py")
             if source is not None:
-                self._sources.setdefault((r.parent_commit, _sha(source)), r.attempt_id)
+                self._sources.setdefault(pyparse.source_key(source), r.attempt_id)
             self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
             improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
             best = max(best, r.speedup or 0.0) if improved else best
@@ -295,7 +295,8 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         with self._cond:
             records = list(self._records)
-        context = self._briefing.context(parent, ticket.index, records)
+            seen = frozenset(self._sources)
+        context = self._briefing.context(parent, ticket.index, records, seen)
         t0 = time.time()
         proposal = self.agent.propose(context)
         propose_s = time.time() - t0
@@ -324,13 +325,26 @@ class Optimizer:
         candidate = s.store.write(aid, "candidate.py", proposal.source)
         s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
         with self._cond:
-            same = self._sources.setdefault((parent.commit, _sha(proposal.source)), aid)
-        if proposal.source.strip() == context.parent_source.strip():
-            same = "its parent"
-        if same != aid:
-            record.outcome, record.reason = AttemptOutcome.DUPLICATE, f"the same source as {same}: not evaluated again"
-            return record, None, parent_file
+            same = self._sources.setdefault(pyparse.source_key(proposal.source), aid)
+            if same != aid:
+                record.outcome = AttemptOutcome.DUPLICATE
+                record.reason = f"the same source as {self._verdict_of(same, parent.name)}: not evaluated again"
+                return record, None, parent_file
         return record, candidate, parent_file
+
+    def _verdict_of(self, earlier: str, parent: str) -> str:
+        """What is known of the attempt or kernel that had this source first (caller holds _cond)."""
+        if earlier == parent:
+            return f"its parent {parent}"
+        if earlier == SEED_TAG:
+            return "the seed"
+        done = next((r for r in self._records if r.attempt_id == earlier), None)
+        if done is None:
+            return f"{earlier} (still being evaluated)"
+        text = f"{earlier} from {done.parent_id}, {done.outcome.value}"
+        if done.outcome is AttemptOutcome.ACCEPTED:
+            text += f", {done.speedup:.3f}x the seed"
+        return text
 
     def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path) -> Verdict:
         """The first evaluation, and the confirming one when the first is promising."""
