@@ -62,6 +62,10 @@ class Ticket:
     parent: Member | None   # chosen just before the proposal
     started: float
     stage: str = "starting"
+    stage_started: float = 0.0   # the live view times the stage, not the wait before it
+
+    def enter(self, stage: str) -> None:
+        self.stage, self.stage_started = stage, time.time()
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,8 @@ class Optimizer:
                 else:
                     aid, self._next_index = attempt_id(index), index + 1
                     self.s.state.indices[aid] = index
-                ticket = Ticket(aid, index, None, time.time())
+                now = time.time()
+                ticket = Ticket(aid, index, None, now, stage_started=now)
                 self._in_flight[aid] = ticket
                 self.s.journal.append("started", attempt_id=aid, index=index, t=ticket.started)
                 return ticket
@@ -257,7 +262,7 @@ class Optimizer:
         holding = False
         try:
             if not self._slow_proposals():
-                ticket.stage = "waiting"
+                ticket.enter("waiting")
                 self._slots.acquire()
                 holding = True
             self._check()
@@ -266,12 +271,12 @@ class Optimizer:
                 if ticket.parent is None:  # everything exhausted meanwhile: let _take decide
                     self._redo.insert(0, ticket.attempt_id)
                     return
-            ticket.stage = "proposing"
+            ticket.enter("proposing")
             record, candidate, parent_file = self._propose(ticket)
             if candidate is None:
                 return self._complete(ticket, record)
             if not holding:
-                ticket.stage = "waiting"
+                ticket.enter("waiting")
                 self._slots.acquire()
                 holding = True
             verdict = self._evaluate(ticket, record, candidate, parent_file)
@@ -350,14 +355,14 @@ class Optimizer:
         """The first evaluation, and the confirming one when the first is promising."""
         s, aid, floor = self.s, ticket.attempt_id, self.s.config.search.noise_floor
         self._check()
-        ticket.stage = "evaluating"
+        ticket.enter("evaluating")
         e0 = time.time()
         verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
         self._check()
         s.store.write_json(aid, "report.json", verdict.to_dict())
         decision = promotion.screen(verdict, floor)
         if decision.outcome is None:
-            ticket.stage = "confirming"
+            ticket.enter("confirming")
             verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
             self._check()
             s.store.write_json(aid, "confirm.json", verdict.to_dict())
@@ -373,7 +378,7 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         evaluation = s.store.write_json(aid, "evaluation.json", {
             **verdict.to_dict(), "kind": "variant", "attempt_id": aid, "parent_commit": parent.commit})
-        ticket.stage = "committing"
+        ticket.enter("committing")
         with self._commit_lock:
             record.commit = s.lineage.commit_variant(aid, parent.commit, candidate, evaluation,
                                                      self._message(record, verdict))
