@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tik_agent.cli.output import EXIT_REJECTED, say
+from tik_agent.cli.output import EXIT_REJECTED, output_dir, say
 
 
 def export(
@@ -21,7 +21,7 @@ def export(
     from tik_agent.export import BuildFailed, export_wheel, wheel_certificate
 
     try:
-        wheel = export_wheel(run_dir, out, commit=commit, name=name, version=version)
+        wheel = export_wheel(run_dir, output_dir(out, "--out"), commit=commit, name=name, version=version)
     except BuildFailed as exc:
         say(("failed:", "red"), f" {exc}", err=True)
         raise typer.Exit(EXIT_REJECTED) from None

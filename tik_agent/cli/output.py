@@ -11,9 +11,14 @@ plain, complete text: lines are never wrapped or cropped to a width nobody reads
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rich.console import Console, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
+
+from tik_agent.errors import UsageError
 
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
@@ -51,3 +56,16 @@ def source(text: str, lexer: str = "python", line_numbers: bool = True) -> None:
     else:
         console.file.write(text if text.endswith("\n") else text + "\n")
         console.file.flush()
+
+
+def output_dir(path: Path, flag: str) -> Path:
+    """``path`` as a directory this process can write into, created if needed; else one line."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{flag} {path}: exists and is not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create it: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: not writable")
+    return path

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from tik_agent.cli.output import EXIT_OK, EXIT_USAGE, emit, line, say, source
+from tik_agent.cli.output import EXIT_OK, EXIT_USAGE, emit, line, output_dir, say, source
 from tik_agent.errors import UsageError
 from tik_agent.run import rundir
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
@@ -199,7 +199,8 @@ def report(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.
     """Write a picture of speedup over time and of the lineage (PNG, and HTML embedding it)."""
     from tik_agent.view.report import write_report
 
-    png, page = write_report(run, out)
+    open_run(run)  # a bad RUN is named before any directory is made
+    png, page = write_report(run, output_dir(out, "--out") if out is not None else None)
     say(f"wrote {png}")
     say(f"wrote {page}")
 
