@@ -12,6 +12,7 @@ from tik_agent.backends import device as devices
 from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_REJECTED, console, say
 from tik_agent.cli.view_commands import RUNS_DIR
 from tik_agent.errors import UsageError
+from tik_agent.judge.seed_imports import check_seed_imports
 from tik_agent.run.journal import RunSummary
 from tik_agent.run.lineage import KERNEL_FILE
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
@@ -71,6 +72,7 @@ def optimize(
         if seed is None:
             raise UsageError("SEED: give a seed name or directory (see `tik-agent seeds`), or --resume DIR")
         spec = seeds.resolve(seed)
+        check_seed_imports(spec.source)
         path = run_dir if run_dir is not None else RUNS_DIR / new_run_id(spec.name)
         rundir.check_new_run_dir(path)
         files = {"prompts_dir": _existing(prompts, "--prompts"), "prices_path": _existing(prices, "--prices")}

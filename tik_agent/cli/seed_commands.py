@@ -7,6 +7,7 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
+from tik_agent.judge.seed_imports import check_seed_imports
 from tik_agent.cli.output import EXIT_REJECTED, emit, say
 
 
@@ -30,6 +31,7 @@ def check_seed(
     from tik_agent.judge.seedcheck import check_seed as run_check
 
     spec = seeds.resolve(seed)
+    check_seed_imports(spec.source)
     dev = devices.resolve(device)
     report = run_check(spec, dev, stop_at_first=not all_cases)
     table = Table(title=f"{spec.name} on {dev}: {len(report.results)} cases in {report.seconds:.1f} s", title_justify="left")
