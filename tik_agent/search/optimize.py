@@ -226,6 +226,10 @@ class Optimizer:
                 log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
             except AgentUnavailable as exc:
                 self._agent_failed(ticket, exc)
+            except OSError as exc:  # a full disk, a vanished directory: the machine's, not a bug
+                log.debug("%s: OS error", ticket.attempt_id, exc_info=True)
+                log.error("%s: %s; stopping (a resume redoes this attempt)", ticket.attempt_id, exc)
+                self._request_stop(StopReason.ERROR)
             except Exception:
                 log.exception("%s: unexpected error; stopping (a resume redoes this attempt)", ticket.attempt_id)
                 self._request_stop(StopReason.ERROR)

@@ -46,6 +46,13 @@ def device_of(lineage: Lineage, summary: RunSummary | None) -> str:
 
 
 def figure_png(lineage: Lineage, records: list[AttemptRecord], device: str = "unknown device") -> bytes:
+    buf = io.BytesIO()
+    figure(lineage, records, device).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknown device"):
+    """The two panels as a matplotlib Figure (tests read its axes)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -105,9 +112,7 @@ def figure_png(lineage: Lineage, records: list[AttemptRecord], device: str = "un
         tree.text(0.5, 0.4, "no accepted kernel yet", transform=tree.transAxes, ha="center", color="#666")
     for axis in (ax, tree):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # attempts are whole numbers
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def _table(headers: list[str], rows: list[list[object]]) -> str:
