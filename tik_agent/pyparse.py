@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import threading
+import tokenize
 
 _LOCK = threading.Lock()
 
@@ -21,10 +23,19 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
 
 
 def source_key(source: str) -> str:
-    """A hash of what a source *is*: its AST, so that comments, blank lines and layout do
-    not make a kernel new.  A source that does not parse is keyed by its stripped text."""
+    """A hash of what a source *says*: its tokens without comments, blank lines or
+    indentation width, so that restyling does not make a kernel new.
+
+    Tokens rather than an AST dump: converting to AST objects is the CPython 3.11 state
+    that other threads (Triton's JIT parses kernels too) can corrupt, and the loop keys
+    every proposal.  A source that does not tokenize is keyed by its stripped text."""
+    parts = []
     try:
-        text = ast.dump(parse(source))
-    except (SyntaxError, ValueError):
-        text = source.strip()
-    return hashlib.sha256(text.encode()).hexdigest()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.NL):
+                continue
+            text = "" if tok.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) else tok.string
+            parts.append(f"{tok.type}:{text}")
+    except (tokenize.TokenError, SyntaxError):
+        parts = [source.strip()]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()

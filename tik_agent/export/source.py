@@ -51,7 +51,7 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
     """The run's best kernel (or ``commit``), validated; ``workdir`` receives the seed's files."""
     lineage = open_run(run_dir)
     root = lineage.root_commit()
-    if commit is not None:
+    if commit is not None and lineage.commit_of(commit) is None:
         _refuse_unaccepted_attempt(Path(run_dir), commit)
     chosen = lineage.resolve(commit) if commit is not None else lineage.best_commit()
     if chosen == root:
