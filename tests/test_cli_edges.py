@@ -5,7 +5,6 @@ stdout going to a file) serves every view."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 from pathlib import Path
