@@ -15,6 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from seedutil import copy_seed, edit, shrink_grid
 from tik_agent.cli import run as cli
@@ -105,7 +107,10 @@ def wheel(run_dir, tmp_path_factory) -> Path:
 def git_file(run: Path, ref: str, path: str) -> bytes:
     import git
 
-    return (git.Repo(run).commit(ref).tree / path).data_stream.read()
+    repo = git.Repo(run)  # kept alive until read: a collected Repo closes the stream under the read
+    data = (repo.commit(ref).tree / path).data_stream.read()
+    repo.close()
+    return data
 
 
 def sha256(data: bytes) -> str:
@@ -179,10 +184,16 @@ def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
             assert b"tik_agent" not in read_member(wheel, f"tik_kernel_rmsnorm/{name}"), name
 
 
-def test_wheel_metadata_depends_on_torch_and_triton_only(wheel, run_dir):
+def test_wheel_metadata_declares_ranges_for_torch_triton_and_numpy(wheel, run_dir):
     meta = read_member(wheel, ".dist-info/METADATA").decode()
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
-    assert sorted(r.split(">=")[0] for r in requires) == ["torch", "triton"]
+    parsed = {Requirement(r).name: Requirement(r).specifier for r in requires}
+    assert sorted(parsed) == ["numpy", "torch", "triton"]
+    # ranges that accept the torch and triton in use (the certified ones), never a pin that swaps them
+    env = json.loads(git_file(run_dir, "main", "evaluation.json"))["environment"]
+    for name in ("torch", "triton"):
+        assert parsed[name].contains(Version(env[name]).public), (parsed[name], env[name])
+        assert not parsed[name].contains("99.0"), parsed[name]   # bounded above: no future major
     assert "Name: tik-kernel-rmsnorm" in meta
     # The README is the long description: provenance and use.
     best = git_file(run_dir, "main", "kernel.py")

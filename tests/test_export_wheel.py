@@ -98,11 +98,15 @@ def installed(env_python, run_dir, tmp_path_factory) -> dict:
     best.write_bytes(git_file(run_dir, "main", "kernel.py"))
     return run_fresh(python, f"""
         import importlib.util
-        import {PACKAGE} as pkg
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import {PACKAGE} as pkg
         import torch
         from torch.library import opcheck
 
         facts = {{"interpret": os.environ.get("TRITON_INTERPRET"), "file": pkg.__file__,
+                  "import_warnings": [str(w.message) for w in caught if w.category.__name__ == "EnvironmentMismatch"],
                   "tik_modules": sorted(m for m in sys.modules if m.startswith("tik_agent"))}}
         spec = importlib.util.spec_from_file_location("run_best_kernel", {str(best)!r})
         best = importlib.util.module_from_spec(spec)
@@ -160,6 +164,36 @@ def test_verify_passes_on_this_machine(installed):
     assert [f["file"] for f in report["files"]] == ["kernel.py", "_seed_kernel.py"]
     assert report["device"] == "cpu" and report["environment"]["interpreter"] is True
     assert installed["summary"].startswith("PASSED")
+
+
+def test_in_the_certified_environment_nothing_is_flagged(installed):
+    assert installed["import_warnings"] == []
+    assert installed["report"]["environment_differences"] == []
+    assert "NOT the certified environment" not in installed["summary"]
+
+
+def test_other_torch_and_triton_versions_are_flagged_at_import_and_by_verify(env_python, tmp_path):
+    """pip may keep a torch or triton other than the certified ones (the ranges accept them): say so."""
+    facts = run_fresh(env_python, f"""
+        import warnings
+        os.environ["TRITON_INTERPRET"] = "1"  # as the package would set it: triton is imported first here
+        import torch, triton
+        certified = (torch.__version__, triton.__version__)
+        torch.__version__, triton.__version__ = "2.99.0", "3.99.0"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import {PACKAGE} as pkg
+            report = pkg.verify(stop_at_first=True)
+        print(json.dumps({{"warnings": [str(w.message) for w in caught if w.category.__name__ == "EnvironmentMismatch"],
+                          "differences": report.environment_differences, "summary": report.summary(),
+                          "certified": certified}}))
+    """, tmp_path)
+    torch_v, triton_v = facts["certified"]
+    assert len(facts["warnings"]) == 2  # one at import, one from verify()
+    assert f"torch 2.99.0 (certified: {torch_v})" in facts["warnings"][0]
+    assert f"triton 3.99.0 (certified: {triton_v})" in facts["warnings"][0] and "verify()" in facts["warnings"][0]
+    assert facts["differences"] == [f"torch 2.99.0 (certified: {torch_v})", f"triton 3.99.0 (certified: {triton_v})"]
+    assert "NOT the certified environment" in facts["summary"]
 
 
 def test_a_tampered_kernel_fails_verify(wheel, tmp_path):

@@ -317,3 +317,18 @@ def test_rmsnorm_rows_per_program_proposal_keeps_bits_under_the_interpreter(tmp_
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "bits equal" in result.stdout
+
+
+def test_sources_already_seen_anywhere_in_the_run_are_not_proposed():
+    """A source tried from another parent (or a lineage kernel) is in seen_sources: never proposed again,
+    and a comment or blank line does not make it new."""
+    from tik_agent.pyparse import source_key
+
+    first = OfflineAgent().propose(make_context())
+    assert source_key(first.source + "\n\n# a comment\n") == source_key(first.source)
+    assert source_key(first.source.replace("ROWS", "ROWZ")) != source_key(first.source)  # negative control
+    again = OfflineAgent().propose(dataclasses.replace(make_context(), seen_sources={source_key(first.source)}))
+    assert again.source is not None and source_key(again.source) != source_key(first.source)
+    every = {source_key(apply_edits(KERNEL, m.edits)) for m in candidate_moves(KERNEL, TUNABLES)}
+    none_left = OfflineAgent().propose(dataclasses.replace(make_context(), seen_sources=every))
+    assert none_left.source is None and "already tried in this run" in none_left.error

@@ -217,3 +217,33 @@ def test_a_bug_stops_the_run_with_reason_error(run, caplog):
     assert summary.stop_reason == "error" and summary.iterations == 0
     assert "boom" in caplog.text
 
+
+
+class _Steps(ScriptedAgent):
+    """Each step is a function of the parent's source (or None: no code)."""
+
+    def propose(self, context):
+        from tik_agent.agents.base import Proposal
+
+        self.contexts.append(context)
+        step = self.script[context.attempt_index % len(self.script)]
+        return Proposal(step(context.parent_source), "step", self.usage, "prompt", "reply")
+
+
+def test_a_source_from_another_parent_reuses_the_earlier_verdict(run):
+    """a0001 (seed + NUM_WARPS=1) is not faster; a0002 (seed + 16 rows) is accepted; a0003 from a0002
+    undoes the rows and sets NUM_WARPS=1 again, with a comment: a0001's source from another parent."""
+    neutral = lambda src: src.replace(*NEUTRAL[0], 1)  # noqa: E731
+    faster = lambda src: src.replace(*FASTER, 1)  # noqa: E731
+    back = lambda src: neutral(src.replace(FASTER[1], FASTER[0], 1)) + "\n# the same kernel, restyled\n"  # noqa: E731
+    agent = _Steps([neutral, faster, back])
+    optimize(run, agent, iterations=3)
+    records = {r.attempt_id: r for r in finished_records(run)}
+    assert records["a0002"].outcome is AttemptOutcome.ACCEPTED
+    assert records["a0003"].parent_id == "a0002"
+    assert records["a0003"].outcome is AttemptOutcome.DUPLICATE
+    assert f"a0001 from seed, {records['a0001'].outcome.value}" in records["a0003"].reason
+    assert not (run / "attempts" / "a0003" / "report.json").exists()   # no evaluation spent on it
+    assert [k.attempt_id for k in open_run(run).accepted()] == ["a0002"]
+    # every later context tells the agent what the run has already seen
+    assert len(agent.contexts[2].seen_sources) >= 3   # seed, a0001, a0002

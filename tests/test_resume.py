@@ -163,3 +163,52 @@ def test_a_run_in_use_is_refused(run):
         assert busy.returncode == 2 and "in use" in busy.stderr
     finally:
         session.close()
+
+
+def _git(run: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=me", "-c", "user.email=me@here", *args], cwd=run, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _kept_branches(run: Path) -> list[str]:
+    return [b for b in _git(run, "branch", "--format=%(refname:short)").split() if b.startswith("kept/")]
+
+
+def test_resume_keeps_a_foreign_commit_and_an_uncommitted_edit(run, caplog):
+    """The README sends people to RUN/kernel.py: what they commit or edit there survives a resume."""
+    seed_text = (run / "kernel.py").read_text()
+    (run / "kernel.py").write_text(seed_text + "# my commit\n")
+    _git(run, "commit", "-q", "-am", "my own change")
+    mine = _git(run, "rev-parse", "HEAD")
+    (run / "kernel.py").write_text(seed_text + "# my commit\n# my uncommitted edit\n")
+    (run / "notes.txt").write_text("untracked notes\n")
+
+    with caplog.at_level("WARNING", logger="tik_agent"):
+        rundir.reopen(run, RunConfig.load(run)).close()
+
+    [branch] = _kept_branches(run)
+    assert any(branch in r.getMessage() and "1 commit not made by tik-agent" in r.getMessage()
+               and "uncommitted edits to kernel.py" in r.getMessage() for r in caplog.records)
+    assert _git(run, "show", f"{branch}:kernel.py") == (seed_text + "# my commit\n# my uncommitted edit").strip()
+    assert _git(run, "rev-parse", f"{branch}~1") == mine            # the user's commit, unchanged
+    lin = open_run(run)
+    assert lin.best_commit() == lin.root_commit()                   # main is still the best kernel
+    assert (run / "kernel.py").read_text() == seed_text
+    assert (run / "notes.txt").read_text() == "untracked notes\n"   # untracked files are not touched
+    assert _git(run, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_resume_of_an_untouched_run_keeps_nothing(run, caplog):
+    with caplog.at_level("WARNING", logger="tik_agent"):
+        rundir.reopen(run, RunConfig.load(run)).close()
+    assert _kept_branches(run) == [] and not [r for r in caplog.records if "kept" in r.getMessage()]
+
+
+def test_resume_from_another_branch_leaves_that_branch_alone(run):
+    _git(run, "checkout", "-q", "-b", "mine")
+    (run / "kernel.py").write_text((run / "kernel.py").read_text() + "# on my branch\n")
+    _git(run, "commit", "-q", "-am", "on my branch")
+    tip = _git(run, "rev-parse", "mine")
+    rundir.reopen(run, RunConfig.load(run)).close()
+    assert _git(run, "rev-parse", "mine") == tip
+    assert _git(run, "symbolic-ref", "--short", "HEAD") == "main"

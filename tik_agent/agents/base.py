@@ -108,6 +108,9 @@ class AgentContext:
     device: str
     rng_seed: int
     attempt_index: int
+    # pyparse.source_key of every source already proposed in the run (from any parent) and
+    # of every lineage kernel: proposing one of these again wastes an attempt.
+    seen_sources: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.entry.isidentifier():
@@ -125,6 +128,7 @@ class AgentContext:
         object.__setattr__(self, "tunables", {k: tuple(v) for k, v in self.tunables.items()})
         object.__setattr__(self, "timing_table", tuple(self.timing_table))
         object.__setattr__(self, "recent", tuple(self.recent))
+        object.__setattr__(self, "seen_sources", frozenset(self.seen_sources))
 
     @property
     def is_interpreter(self) -> bool:

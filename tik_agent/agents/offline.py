@@ -100,9 +100,11 @@ class OfflineAgent:
             error = f"offline agent: parent {context.parent_id} does not parse: line {err.lineno}: {err.msg}"
             return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
         history = History.from_feedback(context, [*context.tunables, "num_stages"])
-        fresh = [m for m in moves if m.key not in history.tried_here]
+        fresh = [m for m in moves if m.key not in history.tried_here
+                 and pyparse.source_key(apply_edits(context.parent_source, m.edits)) not in context.seen_sources]
         if not fresh:
-            error = f"offline agent: every move within two changes of parent {context.parent_id} was tried"
+            error = (f"offline agent: every move within two changes of parent {context.parent_id} was tried "
+                     f"(or gives a source already tried in this run)")
             return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
 
         # Rank with jitter fixed per (seed, parent): equal scores are ordered at

@@ -11,26 +11,49 @@ import sys
 
 import typer
 from rich.logging import RichHandler
+from typer.core import TyperArgument, TyperCommand
 
 from tik_agent import __version__
-from tik_agent.cli import eval_commands, export_commands, run_commands, seed_commands
-from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, console, err_console
+from tik_agent.cli import eval_commands, export_commands, run_commands, seed_commands, view_commands
+from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, err_console, say
 from tik_agent.errors import CheckFailed, UsageError
 
+PROG = "tik-agent"
+
+
+class Command(TyperCommand):
+    """Usage lines as click writes them: ``show [OPTIONS] RUN ID``, ``[SEED]`` when optional
+    (typer's own are ``{run} {ID}``)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = param.display_name_raw
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+# Plain (click) help: no markup to eat "[default: ...]" or a bracket in a help text,
+# and the same text on a terminal, in a pipe and at any width.
 app = typer.Typer(
-    name="tik-agent",
+    name=PROG,
     help="Search for faster Triton kernels that keep a batch-invariant seed kernel's bits.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-for _module in (seed_commands, eval_commands, run_commands, export_commands):
-    _module.register(app)
+for _module in (seed_commands, eval_commands, run_commands, view_commands, export_commands):
+    _module.register(app, Command)
 
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"tik-agent {__version__}")
+        say(f"{PROG} {__version__}")
         raise typer.Exit(EXIT_OK)
 
 
@@ -51,19 +74,29 @@ def _root(
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code (tests call this in-process)."""
     try:
-        app(args=argv)  # standalone: typer reports its own usage errors (exit 2)
+        app(args=argv, prog_name=PROG)  # standalone: typer reports its own usage errors (exit 2)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except UsageError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        say(("error:", "red"), f" {exc}", err=True)
         return EXIT_USAGE
     except CheckFailed as exc:
-        err_console.print(f"[red]failed:[/red] {exc}", highlight=False, soft_wrap=True)
+        say(("failed:", "red"), f" {exc}", err=True)
         return EXIT_REJECTED
+    except OSError as exc:
+        # A full disk, a permission, a path that vanished: the user's environment, not a bug.
+        logging.getLogger("tik_agent").debug("OS error", exc_info=True)
+        say(("error:", "red"), f" {_os_error(exc)}", err=True)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def main() -> None:

@@ -10,32 +10,36 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
-from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, console
+from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, emit, say
 from tik_agent.errors import UsageError
 
 
 def eval_candidate(
-    candidate: Path = typer.Argument(..., help="A Python file defining the seed's entry."),
-    seed: str = typer.Option(..., "--seed", help="A bundled seed name or a seed directory."),
+    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="A Python file defining the seed's entry."),
+    seed: str = typer.Option(..., "--seed", metavar="SEED", help="A bundled seed name or a seed directory."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
-    timeout: float = typer.Option(None, help="Wall-clock limit of each sandboxed worker, seconds "
+    device: str = typer.Option("auto", metavar="DEVICE", help="auto, cpu (Triton interpreter) or cuda."),
+    timeout: float = typer.Option(None, metavar="S", help="Wall-clock limit of each sandboxed worker, seconds "
                                   "[default: per phase, 5x the seed's own time for it, at least 60 s]."),
-    rounds: int = typer.Option(5, help="Interleaved timing rounds."),
+    rounds: int = typer.Option(5, metavar="R", help="Interleaved timing rounds (at least 1)."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
-    sandbox: str = typer.Option("auto", "--sandbox", help=SANDBOX_HELP),
+    sandbox: str = typer.Option("auto", "--sandbox", metavar="MODE", help=SANDBOX_HELP),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import EvalOptions, evaluate
 
     if not candidate.is_file():
         raise UsageError(f"{candidate}: no such candidate file")
+    if rounds < 1:
+        raise UsageError(f"--rounds: must be at least 1 (got {rounds})")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout: must be positive (got {timeout:g})")
     spec = seeds.resolve(seed)
     check_sandbox(sandbox)
     options = EvalOptions(device=devices.resolve(device), timeout_s=timeout, rounds=rounds, timing=not no_timing)
     verdict = evaluate(spec, candidate, options)
     if as_json:
-        console.print_json(json.dumps(verdict.to_dict()))
+        say(json.dumps(verdict.to_dict(), indent=2))
     else:
         render(verdict, spec.name)
     raise typer.Exit(EXIT_OK if verdict.passed else EXIT_REJECTED)
@@ -45,7 +49,7 @@ def render(verdict, seed_name: str) -> None:
     env = verdict.environment
     where = f"{env.get('device_name', env.get('device', '?'))}, triton {env.get('triton', '?')}, torch {env.get('torch', '?')}"
     if verdict.cases:
-        console.print(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
+        say(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
     if verdict.timing:
         table = Table(title=f"timing ({verdict.timer}), medians", title_justify="left")
         for col in ("cell", "shape", "weight", "seed ms", "candidate ms", "speedup", "noise"):
@@ -53,19 +57,19 @@ def render(verdict, seed_name: str) -> None:
         for c in verdict.timing:
             table.add_row(c["name"], c["shape"], f"{c['weight']:g}", f"{c['seed']['median_ms']:.2f}",
                           f"{c['candidate']['median_ms']:.2f}", f"{c['speedup']:.3f}x", f"{c['noise']:.1%}")
-        console.print(table)
-        console.print(f"workload-weighted speedup vs {seed_name}: {verdict.speedup:.3f}x (noise {verdict.noise:.1%})")
+        emit(table)
+        say(f"workload-weighted speedup vs {seed_name}: {verdict.speedup:.3f}x (noise {verdict.noise:.1%})")
     if verdict.passed:
-        console.print(f"[green]passed[/green] in {verdict.seconds:.1f} s")
+        say(("passed", "green"), f" in {verdict.seconds:.1f} s")
     else:
-        console.print(f"[red]rejected[/red] ({verdict.outcome.value}): {verdict.reason}", highlight=False, soft_wrap=True)
+        say(("rejected", "red"), f" ({verdict.outcome.value}): {verdict.reason}")
         if verdict.first_mismatch:
             mm = verdict.first_mismatch
-            console.print(f"first mismatch: case {mm['case']}, index {mm['index']}, expected {mm['expected_bits']}, "
-                          f"got {mm['actual_bits']} ({mm['ulps']} ulp)", highlight=False)
+            say(f"first mismatch: case {mm['case']}, index {mm['index']}, expected {mm['expected_bits']}, "
+                f"got {mm['actual_bits']} ({mm['ulps']} ulp)")
         if verdict.worker_log:
-            console.print(f"worker log (tail):\n{verdict.worker_log[-1500:]}", highlight=False, markup=False)
+            say(f"worker log (tail):\n{verdict.worker_log[-1500:]}")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_candidate)
+def register(app: typer.Typer, cls: type) -> None:
+    app.command("eval", cls=cls)(eval_candidate)

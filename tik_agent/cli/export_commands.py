@@ -6,34 +6,35 @@ from pathlib import Path
 
 import typer
 
-from tik_agent.cli.output import EXIT_REJECTED, console, err_console
+from tik_agent.cli.output import EXIT_REJECTED, output_dir, say
 
 
 def export(
-    run_dir: Path = typer.Argument(..., help="A run directory (made by tik-agent optimize)."),
-    out: Path = typer.Option(..., "--out", help="Directory that receives the wheel."),
-    commit: str | None = typer.Option(None, "--commit", help="An accepted commit (sha prefix or attempt tag) instead of the best."),
-    name: str | None = typer.Option(None, "--name", help="Distribution name (default: tik-kernel-<seed>)."),
-    version: str | None = typer.Option(None, "--version", help="PEP 440 version (default: 0.1.0+g<commit>)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="A run directory (made by tik-agent optimize)."),
+    out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory that receives the wheel."),
+    commit: str | None = typer.Option(None, "--commit", metavar="REF",
+                                      help="An accepted commit (sha prefix or attempt tag) instead of the best."),
+    name: str | None = typer.Option(None, "--name", metavar="DIST", help="Distribution name.  [default: tik-kernel-<seed>]"),
+    version: str | None = typer.Option(None, "--version", metavar="V", help="PEP 440 version.  [default: 0.1.0+g<commit>]"),
 ) -> None:
     """Build one wheel (kernel, torch custom op, parity certificate, verify()) from a run's best kernel."""
     from tik_agent.export import BuildFailed, export_wheel, wheel_certificate
 
     try:
-        wheel = export_wheel(run_dir, out, commit=commit, name=name, version=version)
+        wheel = export_wheel(run_dir, output_dir(out, "--out"), commit=commit, name=name, version=version)
     except BuildFailed as exc:
-        err_console.print(f"[red]failed:[/red] {exc}", highlight=False, soft_wrap=True)
+        say(("failed:", "red"), f" {exc}", err=True)
         raise typer.Exit(EXIT_REJECTED) from None
     cert = wheel_certificate(wheel)
     dist, parity, speedup = cert["distribution"], cert["parity"], cert["speedups"]["vs_seed"]
     measured = f"{speedup:.2f}x the seed's speed" if speedup else "speed not measured"
-    console.print(f"[green]exported[/green] {dist['name']} {dist['version']}: commit {cert['run']['commit'][:12]} "
-                  f"of run {cert['run']['run_id']}; {parity['cases_passed']}/{parity['cases_total']} parity cases; "
-                  f"{measured} on {cert['environment'].get('device', '?')}", highlight=False, soft_wrap=True)
-    console.print(f"use: import {dist['import_name']}  (torch.ops.{dist['op'].replace('::', '.')}; "
-                  f"{dist['import_name']}.verify() re-checks parity here)", highlight=False, soft_wrap=True)
-    console.print(f"wheel: {wheel}", highlight=False, soft_wrap=True)
+    say(("exported", "green"), f" {dist['name']} {dist['version']}: commit {cert['run']['commit'][:12]} "
+        f"of run {cert['run']['run_id']}; {parity['cases_passed']}/{parity['cases_total']} parity cases; "
+        f"{measured} on {cert['environment'].get('device', '?')}")
+    say(f"use: import {dist['import_name']}  (torch.ops.{dist['op'].replace('::', '.')}; "
+        f"{dist['import_name']}.verify() re-checks parity here)")
+    say(f"wheel: {wheel}")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("export")(export)
+def register(app: typer.Typer, cls: type) -> None:
+    app.command("export", cls=cls)(export)

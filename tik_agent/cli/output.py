@@ -1,14 +1,74 @@
-"""What every command shares: the consoles and the exit codes."""
+"""What every command shares: the consoles, how text reaches them, and the exit codes.
+
+Rich markup is off on both consoles: error messages, rule tags (``[missing-jit]``),
+signatures (``log_softmax(logits)[target]``) and paths are user or program text,
+and square brackets in them must print as typed.  Styles come from
+:class:`rich.text.Text` parts instead (:func:`line`).
+
+A terminal gets tables sized to it and source that wraps; a file or a pipe gets
+plain, complete text: lines are never wrapped or cropped to a width nobody reads.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+import os
+from pathlib import Path
 
-console = Console()
-err_console = Console(stderr=True)
+from rich.console import Console, RenderableType
+from rich.syntax import Syntax
+from rich.text import Text
+
+from tik_agent.errors import UsageError
+
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+# Wide enough that no table of ours is squeezed; tables take their natural width.
+PIPE_WIDTH = 4000
+
+
+def line(*parts: str | tuple[str, str]) -> Text:
+    """One line from plain strings and ``(text, style)`` pairs; nothing in it is markup."""
+    return Text.assemble(*parts)
+
+
+def say(*parts: str | tuple[str, str], err: bool = False) -> None:
+    """Print one line, never wrapped (a pipe keeps it whole, a terminal folds it itself)."""
+    target = err_console if err else console
+    target.print(line(*parts), soft_wrap=True, highlight=False)
+
+
+def emit(renderable: RenderableType, target: Console | None = None) -> None:
+    """A table or a tree: fitted to a terminal, at its natural width in a file or a pipe."""
+    target = target or console
+    if target.is_terminal:
+        target.print(renderable)
+    else:
+        Console(file=target.file, width=PIPE_WIDTH, markup=False, highlight=False, color_system=None).print(renderable)
+
+
+def source(text: str, lexer: str = "python", line_numbers: bool = True) -> None:
+    """Source code, never cropped: highlighted and wrapped on a terminal, verbatim in a pipe."""
+    if console.is_terminal:
+        console.print(Syntax(text, lexer, line_numbers=line_numbers, word_wrap=True))
+    else:
+        console.file.write(text if text.endswith("\n") else text + "\n")
+        console.file.flush()
+
+
+def output_dir(path: Path, flag: str) -> Path:
+    """``path`` as a directory this process can write into, created if needed; else one line."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{flag} {path}: exists and is not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create it: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: not writable")
+    return path
 
 SANDBOX_HELP = "auto: the strongest isolation this machine gives; strict: refuse to run (exit 2) unless it is full."
 
@@ -20,5 +80,5 @@ def check_sandbox(mode: str):
 
     report = require(mode)
     if report.notice():
-        err_console.print(report.notice(), highlight=False, markup=False, soft_wrap=True)
+        say(report.notice(), err=True)
     return report

@@ -7,7 +7,8 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
-from tik_agent.cli.output import EXIT_REJECTED, console, err_console
+from tik_agent.judge.seed_imports import check_seed_imports
+from tik_agent.cli.output import EXIT_REJECTED, emit, say
 
 
 def list_seeds() -> None:
@@ -18,18 +19,19 @@ def list_seeds() -> None:
     table.add_column("description")
     for spec in seeds.bundled():
         table.add_row(spec.name, spec.signature_text(), spec.description)
-    console.print(table)
+    emit(table)
 
 
 def check_seed(
-    seed: str = typer.Argument(..., help="A bundled seed name or a seed directory."),
-    device: str = typer.Option("auto", help="auto, cpu (Triton interpreter) or cuda."),
+    seed: str = typer.Argument(..., metavar="SEED", help="A bundled seed name or a seed directory."),
+    device: str = typer.Option("auto", metavar="DEVICE", help="auto, cpu (Triton interpreter) or cuda."),
     all_cases: bool = typer.Option(False, "--all", help="Run every case even after a failure."),
 ) -> None:
     """Validate a seed's spec, then check correctness, determinism and batch invariance."""
     from tik_agent.judge.seedcheck import check_seed as run_check
 
     spec = seeds.resolve(seed)
+    check_seed_imports(spec.source)
     dev = devices.resolve(device)
     report = run_check(spec, dev, stop_at_first=not all_cases)
     table = Table(title=f"{spec.name} on {dev}: {len(report.results)} cases in {report.seconds:.1f} s", title_justify="left")
@@ -39,16 +41,16 @@ def check_seed(
         table.add_row(check, str(count))
     if not report.reference_used:
         table.add_row("reference", "skipped: the seed has no reference.py")
-    console.print(table)
-    console.print(f"planned: {report.cases_text} (the cases an evaluation of this seed runs)", highlight=False)
+    emit(table)
+    say(f"planned: {report.cases_text} (the cases an evaluation of this seed runs)")
     failure = report.first_failure
     if failure is not None:
-        err_console.print(f"[red]FAILED[/red] {failure.case_id}: \\[{failure.failed.value}] {failure.message}", highlight=False, soft_wrap=True)
+        say(("FAILED", "red"), f" {failure.case_id}: [{failure.failed.value}] {failure.message}", err=True)
         raise typer.Exit(EXIT_REJECTED)
-    console.print(f"[green]ok[/green]: {spec.name} is correct, deterministic and batch invariant on {dev} "
-                  f"(bit-exact over {len(report.results)} cases)")
+    say(("ok", "green"), f": {spec.name} is correct, deterministic and batch invariant on {dev} "
+                         f"(bit-exact over {len(report.results)} cases)")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("seeds")(list_seeds)
-    app.command("check-seed")(check_seed)
+def register(app: typer.Typer, cls: type) -> None:
+    app.command("seeds", cls=cls)(list_seeds)
+    app.command("check-seed", cls=cls)(check_seed)

@@ -1,7 +1,7 @@
 """The exported package's name and its source tree, rendered from ``template/``.
 
 The generated package imports torch, triton and the standard library only
-(and numpy where Triton's interpreter already needs it): it is
+(and numpy where Triton's interpreter already needs it; it declares all three): it is
 installed where tik-agent is not, next to a trainer or an inference server.
 :func:`check_imports` enforces that on every rendered file and on the kernels
 it carries before anything is built.
@@ -31,7 +31,12 @@ TEMPLATE_SUFFIX = ".tmpl"
 PROJECT_FILES = ("pyproject.toml", "README.md")
 KERNEL_FILE, SEED_FILE, CERTIFICATE_FILE, SPEC_FILE = "kernel.py", "_seed_kernel.py", "certificate.json", "spec.toml"
 # torch.library.custom_op needs torch 2.4; the kernels are written for Triton 3.
-REQUIREMENTS = ("torch>=2.4", "triton>=3.0")
+MINIMUM = {"torch": (2, 4), "triton": (3, 0)}
+# numpy is declared: on a machine without CUDA the kernel runs only through Triton's
+# interpreter, which is numpy code (and so is the ordered dot in _backend); a wheel
+# that imports there but cannot run a kernel would be worse than one more small
+# dependency, which GPU machines nearly always have already.
+NUMPY_REQUIREMENT = "numpy>=1.21"
 ALLOWED_IMPORTS = frozenset({"torch", "triton"}) | frozenset(sys.stdlib_module_names)
 # numpy is no dependency of torch or triton, but Triton's interpreter runs on
 # it: the module that patches the interpreter may use it, nothing else.
@@ -98,13 +103,25 @@ def _cells(timing: list[dict]) -> list[dict]:
     return rows
 
 
+def requirements(environment: dict) -> tuple[str, ...]:
+    """Ranges that accept the torch and triton a user already has, so that pip never swaps
+    them: from the minimum the package needs to below the next major version of the
+    certified one.  The exact certified versions are in the certificate's environment,
+    and the package warns at import and in verify() when the running ones differ."""
+    out = []
+    for name, (major, minor) in MINIMUM.items():
+        certified = Version(str(environment.get(name) or f"{major}.{minor}")).release
+        out.append(f"{name}>={major}.{minor},<{max(certified[0], major) + 1}")
+    return (*out, NUMPY_REQUIREMENT)
+
+
 def template_context(source: ExportSource, dist: Distribution, certificate: dict) -> dict:
     speedup = certificate["speedups"]["vs_seed"]
     parity = certificate["parity"]
     return {
         **_signature(source),
         "dist_name": dist.name, "version": dist.version, "import_name": dist.import_name,
-        "namespace": dist.namespace, "requirements": REQUIREMENTS,
+        "namespace": dist.namespace, "requirements": requirements(certificate["environment"]),
         "entry": source.spec.entry, "seed_name": source.spec.name,
         "seed_description": source.spec.description or "(no description)",
         "description": source.spec.description or f"The {source.spec.name} kernel.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
     """The run's best kernel (or ``commit``), validated; ``workdir`` receives the seed's files."""
     lineage = open_run(run_dir)
     root = lineage.root_commit()
+    if commit is not None and lineage.commit_of(commit) is None:
+        _refuse_unaccepted_attempt(Path(run_dir), commit)
     chosen = lineage.resolve(commit) if commit is not None else lineage.best_commit()
     if chosen == root:
         if commit is None:
@@ -72,6 +75,23 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
     )
     _check_hashes(source)
     return source
+
+
+def _refuse_unaccepted_attempt(run_dir: Path, ref: str) -> None:
+    """``--commit a0003`` for an attempt that was never committed: say what became of it."""
+    from tik_agent.run.journal import finished_records
+
+    if not re.fullmatch(r"a\d{4,}", ref):
+        return
+    record = next((r for r in finished_records(run_dir) if r.attempt_id == ref), None)
+    if record is None:
+        if (run_dir / "attempts" / ref).is_dir():
+            raise UsageError(f"--commit {ref}: attempt {ref} never finished, so it has no commit")
+        return
+    if record.commit is None:
+        raise UsageError(f"--commit {ref}: attempt {ref} was rejected: {record.outcome.value}"
+                         + (f" ({record.reason.splitlines()[0]})" if record.reason else "")
+                         + "; only accepted kernels have a commit to export (see: tik-agent lineage RUN)")
 
 
 def _evaluation(lineage: Lineage, commit: str) -> dict:

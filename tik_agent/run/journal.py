@@ -172,7 +172,12 @@ class RunSummary:
         path = Path(run_dir) / SUMMARY_FILE
         if not path.is_file():
             return None
-        return cls.from_dict(read_json(path))
+        data = read_json(path)
+        try:
+            return cls.from_dict(data)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{path}: not a run summary ({type(exc).__name__}: {exc}); "
+                             f"a resume rewrites it") from None
 
 
 # --------------------------------------------------------------------------- journal
@@ -231,9 +236,12 @@ class Journal:
         out = []
         for number, line in enumerate(lines[:-1], 1):  # the part after the last newline is torn or empty
             try:
-                out.append(json.loads(line))
+                event = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{self.path}:{number}: corrupt journal line: {exc}") from None
+            if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+                raise UsageError(f"{self.path}:{number}: corrupt journal line: not an event object")
+            out.append(event)
         return out
 
 
@@ -259,32 +267,50 @@ class ResumeState:
     @classmethod
     def replay(cls, events: Iterable[Mapping]) -> "ResumeState":
         state = cls()
-        started: dict[str, None] = {}
-        session_start = last_t = None
-        for e in events:
-            kind, t = e.get("event"), float(e.get("t", 0.0))
-            if kind == "session":
-                if session_start is not None:
-                    state.elapsed_s += max(0.0, last_t - session_start)
-                state.sessions += 1
-                session_start = t
-            elif kind == "started":
-                state.indices[e["attempt_id"]] = int(e["index"])
-                started[e["attempt_id"]] = None
-            elif kind == "proposed":
-                state.input_tokens += int(e.get("input_tokens", 0))
-                state.output_tokens += int(e.get("output_tokens", 0))
-                if e.get("cost_usd") is not None:
-                    state.cost_usd = (state.cost_usd or 0.0) + float(e["cost_usd"])
-            elif kind == "finished":
-                record = AttemptRecord.from_dict(e["record"])
-                state.indices.setdefault(record.attempt_id, record.index)
-                state.finished.setdefault(record.attempt_id, record)
-            last_t = t
-        if session_start is not None:
-            state.elapsed_s += max(0.0, last_t - session_start)
-        state.unfinished = [a for a in started if a not in state.finished]
+        for number, e in enumerate(events, 1):
+            try:
+                state._apply(e)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise UsageError(f"{JOURNAL_FILE}: event {number} ({e.get('event')!r}) is malformed: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        state._close_session()
+        state.unfinished = [a for a in state._started if a not in state.finished]
         return state
+
+    # Running time is the sum of the sessions' spans: from a ``session`` event to its
+    # ``stopped`` (or, for a killed session, its last event).  Whatever is written between
+    # sessions (a resume restoring a record) does not stretch a span over the idle gap.
+    _started: dict[str, None] = field(default_factory=dict, repr=False)
+    _session: list[float] = field(default_factory=list, repr=False)   # [start, last event] of the open one
+
+    def _close_session(self) -> None:
+        if self._session:
+            start, last = self._session
+            self.elapsed_s += max(0.0, last - start)
+            self._session = []
+
+    def _apply(self, e: Mapping) -> None:
+        kind, t = e.get("event"), float(e.get("t", 0.0))
+        if kind == "session":
+            self._close_session()
+            self.sessions += 1
+            self._session = [t, t]
+        elif self._session:
+            self._session[1] = max(self._session[1], t)
+        if kind == "started":
+            self.indices[e["attempt_id"]] = int(e["index"])
+            self._started[e["attempt_id"]] = None
+        elif kind == "proposed":
+            self.input_tokens += int(e.get("input_tokens", 0))
+            self.output_tokens += int(e.get("output_tokens", 0))
+            if e.get("cost_usd") is not None:
+                self.cost_usd = (self.cost_usd or 0.0) + float(e["cost_usd"])
+        elif kind == "finished":
+            record = AttemptRecord.from_dict(e["record"])
+            self.indices.setdefault(record.attempt_id, record.index)
+            self.finished.setdefault(record.attempt_id, record)
+        elif kind == "stopped":
+            self._close_session()
 
     @property
     def next_index(self) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,7 +236,75 @@ class LineageWriter(Lineage):
         return best
 
     def set_best(self, commit: str) -> None:
-        """Point ``main`` at ``commit`` and check it out (tracked files only)."""
+        """Point ``main`` at ``commit`` and check it out (tracked files only), after keeping
+        whatever a person made in the run directory (:meth:`keep_user_work`)."""
+        kept = self.keep_user_work()
+        if kept is not None:
+            log.warning("%s", kept)
         if self.best_commit() != commit:
             self._git("update-ref", f"refs/heads/{BRANCH}", commit)
+        self._git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")  # never move a branch of the user's
         self._git("reset", "--quiet", "--hard", BRANCH)
+
+    def keep_user_work(self) -> str | None:
+        """Save commits tik-agent did not make and uncommitted edits on a new branch ``kept/<time>``.
+
+        The README sends people to ``RUN/kernel.py``, so editing or committing there is
+        natural; ``main`` must still be the best kernel, so their work goes on a branch
+        and the returned warning names it.  None when there is nothing of theirs.
+        """
+        known = sorted(self.commits())
+        heads = [ref for ref in ("HEAD", f"refs/heads/{BRANCH}") if self._valid(ref)]
+        foreign = self._git("rev-list", *heads, "--not", *known).split() if heads else []
+        # Untracked files are left where they are (a reset does not touch them); edits to
+        # tracked files are what a reset would throw away.
+        dirty = [ln[3:] for ln in self._git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        if not foreign and not dirty:
+            return None
+        tip = self.repo.head.commit.hexsha
+        if dirty:
+            index = self.path / ".git" / f"tik-index-keep-{os.getpid()}"
+            env = {"GIT_INDEX_FILE": str(index)}
+            try:
+                self._git("read-tree", tip, env=env)
+                self._git("add", "--update", env=env)
+                tree = self._git("write-tree", env=env)
+            finally:
+                index.unlink(missing_ok=True)
+            tip = self._git("commit-tree", tree, "-p", tip, "-m", "uncommitted edits kept by tik-agent")
+        branch = self._free_branch(time.strftime("kept/%Y%m%d-%H%M%S"))
+        self._git("update-ref", f"refs/heads/{branch}", tip)
+        branches = [branch]
+        main = self.repo.heads[BRANCH].commit.hexsha if self._valid(f"refs/heads/{BRANCH}") else None
+        if main is not None and main not in known and not self._is_ancestor(main, tip):
+            # HEAD was elsewhere while main got commits of its own: keep those too.
+            branches.append(self._free_branch(f"{branch}-main"))
+            self._git("update-ref", f"refs/heads/{branches[-1]}", main)
+        what = []
+        if foreign:
+            what.append(f"{len(foreign)} commit{'s' if len(foreign) > 1 else ''} not made by tik-agent")
+        if dirty:
+            what.append("uncommitted edits to " + ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else ""))
+        return (f"{self.path}: kept {' and '.join(what)} on branch {' and '.join(branches)}; main stays "
+                f"the best kernel (see: git -C {self.path} log -p {branch})")
+
+    def _is_ancestor(self, commit: str, of: str) -> bool:
+        try:
+            self._git("merge-base", "--is-ancestor", commit, of)
+            return True
+        except git.GitCommandError:
+            return False
+
+    def _valid(self, ref: str) -> bool:
+        try:
+            self.repo.commit(ref)
+            return True
+        except (git.BadName, ValueError):
+            return False
+
+    def _free_branch(self, name: str) -> str:
+        candidate, n = name, 1
+        while candidate in {h.name for h in self.repo.heads}:
+            n += 1
+            candidate = f"{name}-{n}"
+        return candidate

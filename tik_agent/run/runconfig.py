@@ -126,6 +126,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = RUN_FILE) -> "RunConfig":
+        if not isinstance(d, Mapping):
+            raise UsageError(f"{where}: malformed run settings: not a JSON object")
         if d.get("schema") != SCHEMA:
             raise UsageError(f"{where}: schema {d.get('schema')!r} is not {SCHEMA}")
         try:
@@ -133,8 +135,8 @@ class RunConfig:
             fields["limits"] = Limits(**fields["limits"])
             fields["search"] = SearchSettings(**fields.get("search", {}))
             return cls(**fields)
-        except (KeyError, TypeError) as exc:
-            raise UsageError(f"{where}: malformed run settings: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{where}: malformed run settings: {type(exc).__name__}: {exc}") from None
 
     def save(self, run_dir: Path) -> None:
         atomic_write_json(Path(run_dir) / RUN_FILE, self.to_dict())

@@ -20,13 +20,14 @@ import json
 import logging
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import git
+
 from tik_agent.backends import device as devices
 from tik_agent.spec.cases import evaluation_cases
-from tik_agent.errors import UsageError
+from tik_agent.errors import TikError, UsageError
 from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
 from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
                                atomic_write_json)
@@ -80,9 +81,32 @@ def check_new_run_dir(path: Path) -> None:
 def create(path: Path, config: RunConfig) -> Session:
     """Start a new run in ``path`` (absent or empty) from ``config``."""
     check_new_run_dir(path)
+    existed = path.exists()
     path.mkdir(parents=True, exist_ok=True)
     config.save(path)
-    return _open(path, config)
+    try:
+        return _open(path, config)
+    except TikError as exc:
+        # Refused (a seed that fails its own audit, a bad layout): no run was born, so no
+        # directory may be left to block the same --run-dir.  A kill or Ctrl-C keeps it:
+        # a resume finishes the creation.
+        _discard_unborn(path, existed)
+        message = str(exc).replace(str(path.resolve()), str(Path(config.seed_source)))
+        raise (UsageError if type(exc) is TikError else type(exc))(message) from None
+
+
+def _discard_unborn(path: Path, keep_dir: bool) -> None:
+    """Remove a run directory whose seed commit was never made (what ``create`` put there)."""
+    try:
+        if LineageWriter(path, git.Repo(path)).has_root():
+            return
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        pass
+    if keep_dir:
+        for child in path.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def reopen(path: Path, config: RunConfig) -> Session:
@@ -91,6 +115,23 @@ def reopen(path: Path, config: RunConfig) -> Session:
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
     config.check_binding(devices.binding(devices.environment(config.device)))
     return _open(path, config)
+
+
+def holder(path: Path) -> str | None:
+    """The pid holding the run's lock (a session in progress), or None.  The lock is a
+    flock, so a killed process releases it: a dead run never shows as running."""
+    lock = Path(path) / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 32).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)  # releases the shared lock if it was taken
+    return None
 
 
 def _lock(path: Path) -> int:
@@ -207,7 +248,7 @@ def _reconcile(session: Session) -> None:
                      record.attempt_id, kernel.commit[:12])
             if store.read(record.attempt_id, "record.json") is None:
                 store.write_json(record.attempt_id, "record.json", record.to_dict())
-            journal.append("finished", record=record.to_dict(), t=time.time())
+            journal.append("finished", record=record.to_dict(), t=record.finished_at)  # not now: see replay
     state = ResumeState.replay(journal.events())
     for attempt in state.unfinished:
         moved = store.set_aside(attempt)

@@ -57,7 +57,8 @@ class Briefing:
                 self._kernels[commit] = (source, table)
             return self._kernels[commit]
 
-    def context(self, parent: Member, index: int, records: Sequence[AttemptRecord]) -> AgentContext:
+    def context(self, parent: Member, index: int, records: Sequence[AttemptRecord],
+                seen: frozenset[str] = frozenset()) -> AgentContext:
         """The context of attempt ``index`` (1-based) from ``parent``, given the finished ``records``."""
         spec, config = self.s.spec, self.s.config
         source, table = self.kernel(parent.commit)
@@ -69,7 +70,7 @@ class Briefing:
             seed_source=self._seed_source, parent_id=parent.name, parent_source=source,
             parent_speedup=parent.speedup, timing_table=table, recent=[self.feedback(r) for r in chosen],
             device=str(self.s.environment.get("device_name", config.device)), rng_seed=config.rng_seed,
-            attempt_index=index - 1)
+            attempt_index=index - 1, seen_sources=seen)
 
     def feedback(self, record: AttemptRecord) -> AttemptFeedback:
         with self._lock:

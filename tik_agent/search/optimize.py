@@ -19,7 +19,6 @@ summary is written with ``stop_reason = "interrupted"`` within seconds.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tik_agent import pyparse
 from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
@@ -51,10 +51,6 @@ SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made whil
 _NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
 
 
-def _sha(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
 class _Abandoned(Exception):
     """The run was interrupted while this attempt was in flight."""
 
@@ -66,6 +62,10 @@ class Ticket:
     parent: Member | None   # chosen just before the proposal
     started: float
     stage: str = "starting"
+    stage_started: float = 0.0   # the live view times the stage, not the wait before it
+
+    def enter(self, stage: str) -> None:
+        self.stage, self.stage_started = stage, time.time()
 
 
 @dataclass(frozen=True)
@@ -112,14 +112,18 @@ class Optimizer:
         self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
         for kernel in session.lineage.accepted():
             self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
-        # (parent commit, candidate sha256) -> the attempt that proposed it: nothing is evaluated twice
-        self._sources: dict[tuple[str, str], str] = {}
+        # pyparse.source_key -> the attempt (or lineage kernel) that had it first, from any
+        # parent: nothing is evaluated twice in a run, and a duplicate reuses that verdict.
+        self._sources: dict[str, str] = {}
+        for member in [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
+                Member(k.commit, k.attempt_id, k.speedup_vs_seed) for k in session.lineage.accepted()]:
+            self._sources.setdefault(pyparse.source_key(self._briefing.kernel(member.commit)[0]), member.name)
         self._since_improvement = 0
         best = 1.0
         for r in self._records:
             source = session.store.read(r.attempt_id, "candidate.py")
             if source is not None:
-                self._sources.setdefault((r.parent_commit, _sha(source)), r.attempt_id)
+                self._sources.setdefault(pyparse.source_key(source), r.attempt_id)
             self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
             improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
             best = max(best, r.speedup or 0.0) if improved else best
@@ -208,7 +212,8 @@ class Optimizer:
                 else:
                     aid, self._next_index = attempt_id(index), index + 1
                     self.s.state.indices[aid] = index
-                ticket = Ticket(aid, index, None, time.time())
+                now = time.time()
+                ticket = Ticket(aid, index, None, now, stage_started=now)
                 self._in_flight[aid] = ticket
                 self.s.journal.append("started", attempt_id=aid, index=index, t=ticket.started)
                 return ticket
@@ -221,6 +226,10 @@ class Optimizer:
                 log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
             except AgentUnavailable as exc:
                 self._agent_failed(ticket, exc)
+            except OSError as exc:  # a full disk, a vanished directory: the machine's, not a bug
+                log.debug("%s: OS error", ticket.attempt_id, exc_info=True)
+                log.error("%s: %s; stopping (a resume redoes this attempt)", ticket.attempt_id, exc)
+                self._request_stop(StopReason.ERROR)
             except Exception:
                 log.exception("%s: unexpected error; stopping (a resume redoes this attempt)", ticket.attempt_id)
                 self._request_stop(StopReason.ERROR)
@@ -257,7 +266,7 @@ class Optimizer:
         holding = False
         try:
             if not self._slow_proposals():
-                ticket.stage = "waiting"
+                ticket.enter("waiting")
                 self._slots.acquire()
                 holding = True
             self._check()
@@ -266,12 +275,12 @@ class Optimizer:
                 if ticket.parent is None:  # everything exhausted meanwhile: let _take decide
                     self._redo.insert(0, ticket.attempt_id)
                     return
-            ticket.stage = "proposing"
+            ticket.enter("proposing")
             record, candidate, parent_file = self._propose(ticket)
             if candidate is None:
                 return self._complete(ticket, record)
             if not holding:
-                ticket.stage = "waiting"
+                ticket.enter("waiting")
                 self._slots.acquire()
                 holding = True
             verdict = self._evaluate(ticket, record, candidate, parent_file)
@@ -295,7 +304,8 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         with self._cond:
             records = list(self._records)
-        context = self._briefing.context(parent, ticket.index, records)
+            seen = frozenset(self._sources)
+        context = self._briefing.context(parent, ticket.index, records, seen)
         t0 = time.time()
         proposal = self.agent.propose(context)
         propose_s = time.time() - t0
@@ -324,26 +334,39 @@ class Optimizer:
         candidate = s.store.write(aid, "candidate.py", proposal.source)
         s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
         with self._cond:
-            same = self._sources.setdefault((parent.commit, _sha(proposal.source)), aid)
-        if proposal.source.strip() == context.parent_source.strip():
-            same = "its parent"
-        if same != aid:
-            record.outcome, record.reason = AttemptOutcome.DUPLICATE, f"the same source as {same}: not evaluated again"
-            return record, None, parent_file
+            same = self._sources.setdefault(pyparse.source_key(proposal.source), aid)
+            if same != aid:
+                record.outcome = AttemptOutcome.DUPLICATE
+                record.reason = f"the same source as {self._verdict_of(same, parent.name)}: not evaluated again"
+                return record, None, parent_file
         return record, candidate, parent_file
+
+    def _verdict_of(self, earlier: str, parent: str) -> str:
+        """What is known of the attempt or kernel that had this source first (caller holds _cond)."""
+        if earlier == parent:
+            return f"its parent {parent}"
+        if earlier == SEED_TAG:
+            return "the seed"
+        done = next((r for r in self._records if r.attempt_id == earlier), None)
+        if done is None:
+            return f"{earlier} (still being evaluated)"
+        text = f"{earlier} from {done.parent_id}, {done.outcome.value}"
+        if done.outcome is AttemptOutcome.ACCEPTED:
+            text += f", {done.speedup:.3f}x the seed"
+        return text
 
     def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path) -> Verdict:
         """The first evaluation, and the confirming one when the first is promising."""
         s, aid, floor = self.s, ticket.attempt_id, self.s.config.search.noise_floor
         self._check()
-        ticket.stage = "evaluating"
+        ticket.enter("evaluating")
         e0 = time.time()
         verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
         self._check()
         s.store.write_json(aid, "report.json", verdict.to_dict())
         decision = promotion.screen(verdict, floor)
         if decision.outcome is None:
-            ticket.stage = "confirming"
+            ticket.enter("confirming")
             verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
             self._check()
             s.store.write_json(aid, "confirm.json", verdict.to_dict())
@@ -359,7 +382,7 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         evaluation = s.store.write_json(aid, "evaluation.json", {
             **verdict.to_dict(), "kind": "variant", "attempt_id": aid, "parent_commit": parent.commit})
-        ticket.stage = "committing"
+        ticket.enter("committing")
         with self._commit_lock:
             record.commit = s.lineage.commit_variant(aid, parent.commit, candidate, evaluation,
                                                      self._message(record, verdict))

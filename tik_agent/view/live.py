@@ -41,13 +41,14 @@ def _speed(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}x"
 
 
-def render(snap: Snapshot) -> RenderableType:
-    head = Text.assemble(("tik-agent optimize ", "bold"), snap.run_id,
+def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
+    """The view of ``snap``; when ``console`` is given, as many recent attempts as fit its height."""
+    head = Text.assemble(("run ", "bold"), snap.run_id,
                          f"  seed {snap.seed}  agent {snap.agent}" + (f" ({snap.model})" if snap.model else ""),
                          f"  workers {snap.workers}")
     budgets = Table.grid(padding=(0, 1))
     for g in snap.gauges:
-        bar = ProgressBar(total=1.0, completed=g.fraction or 0.0, width=30) if g.limit else Text("", style="dim")
+        bar = ProgressBar(total=1.0, completed=g.fraction or 0.0, width=24) if g.limit else Text("", style="dim")
         budgets.add_row(Text(g.name, style="bold"), bar, f"{_amount(g, g.used)} / {_amount(g, g.limit)}")
     best = Text.assemble(("best ", "bold"), (f"{snap.best.speedup:.3f}x", "bold green"),
                          f" the seed ({snap.best.name}, {snap.best.commit[:10]})   accepted {snap.accepted}   frontier: ",
@@ -56,22 +57,41 @@ def render(snap: Snapshot) -> RenderableType:
     now = time.time()
     for t in snap.in_flight:
         origin = f" from {t.parent.name} ({t.parent.speedup:.2f}x)" if t.parent else ""
-        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {now - t.started:.0f} s", style="cyan"))
+        stage_s, total_s = now - (t.stage_started or t.started), now - t.started
+        timer = f"{stage_s:.0f} s" + (f" (attempt {total_s:.0f} s)" if total_s - stage_s >= 1 else "")
+        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {timer}", style="cyan"))
     if snap.paused:
         lines.append(Text(f"  paused: {snap.paused}", style="yellow"))
     if snap.stop_reason:
         lines.append(Text(f"  stopping: {snap.stop_reason}", style="yellow"))
-    table = Table(title="recent attempts", title_justify="left", expand=False)
-    for col, justify in (("id", "left"), ("parent", "left"), ("outcome", "left"), ("vs parent", "right"),
-                         ("vs seed", "right"), ("eval", "right"), ("idea / reason", "left")):
-        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis")
-    for r in reversed(snap.recent):
-        note = r.rationale if r.outcome.value == "accepted" else (r.reason or r.rationale)
-        table.add_row(r.attempt_id, r.parent_id, Text(r.outcome.value, style=OUTCOME_STYLE.get(r.outcome.value, "")),
-                      _speed(r.speedup_vs_parent), _speed(r.speedup), f"{r.eval_s:.0f} s",
-                      (note or "").splitlines()[0][:70] if note else "")
-    lines.append(table)
+    recent = list(reversed(snap.recent))
+    if console is not None:
+        used = len(console.render_lines(Group(*lines), console.options, pad=False))
+        room = console.size.height - used - 5  # the table's title, header, borders; one spare line
+        recent = recent[:max(1, room)]
+    lines.append(_attempts_table(recent))
     return Group(*lines)
+
+
+def _attempts_table(records) -> Table:
+    """Fixed columns never wrap or shrink; the idea/reason column takes what is left and is
+    cut to one line, so that the table reads at 80 columns as at 200."""
+    table = Table(title="recent attempts", title_justify="left", expand=False, padding=(0, 1), box=None,
+                  pad_edge=False, header_style="bold underline")
+    for col, justify, width in (("id", "left", 5), ("parent", "left", 6), ("outcome", "left", 16),
+                                ("vs par.", "right", 7), ("vs seed", "right", 7), ("eval", "right", 5)):
+        table.add_column(col, justify=justify, no_wrap=True, min_width=width)
+    table.add_column("idea or reason", justify="left", ratio=1, min_width=8)
+    for r in records:
+        outcome = r.outcome.value
+        note = r.rationale if outcome == "accepted" else (r.reason or r.rationale)
+        # A rejected attempt's speedup is a measurement that did not count: dim, not a headline.
+        speed_style = "" if outcome == "accepted" else "dim"
+        table.add_row(r.attempt_id, r.parent_id, Text(outcome, style=OUTCOME_STYLE.get(outcome, "")),
+                      Text(_speed(r.speedup_vs_parent), style=speed_style), Text(_speed(r.speedup), style=speed_style),
+                      f"{r.eval_s:.0f} s",
+                      Text((note or "").splitlines()[0] if note else "", no_wrap=True, overflow="ellipsis"))
+    return table
 
 
 class LiveView:
@@ -79,7 +99,7 @@ class LiveView:
 
     def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0):
         self._live = Live(console=console, refresh_per_second=refresh_per_second,
-                          get_renderable=lambda: render(optimizer.snapshot()))
+                          get_renderable=lambda: render(optimizer.snapshot(), console))
 
     def __enter__(self) -> "LiveView":
         self._live.__enter__()

@@ -38,9 +38,24 @@ def lineage_nodes(lineage: Lineage, records: list[AttemptRecord]) -> list[Node]:
     return nodes
 
 
-def figure_png(lineage: Lineage, records: list[AttemptRecord]) -> bytes:
+def device_of(lineage: Lineage, summary: RunSummary | None) -> str:
+    """Where the times come from: the device the seed's audit (and so every timing) ran on."""
+    if summary is not None and summary.environment.get("device_name"):
+        return str(summary.environment["device_name"])
+    return lineage.trailers(lineage.root_commit()).get("Device", "unknown device")
+
+
+def figure_png(lineage: Lineage, records: list[AttemptRecord], device: str = "unknown device") -> bytes:
+    buf = io.BytesIO()
+    figure(lineage, records, device).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknown device"):
+    """The two panels as a matplotlib Figure (tests read its axes)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(12, 4.8), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
@@ -60,9 +75,16 @@ def figure_png(lineage: Lineage, records: list[AttemptRecord]) -> bytes:
         steps.append(best)
     ax.step([0] + xs, steps, where="post", color="#2a9d3a", linewidth=1.5, label="best so far")
     ax.axhline(1.0, color="#666", linewidth=0.8, linestyle=":")
+    fig.suptitle(f"run {lineage.run_id}: times measured on {device}", fontsize=10)
     ax.set(title="speedup over the seed, attempt by attempt", xlabel="attempt (finishing order)",
            ylabel="workload speedup vs seed")
-    ax.legend(fontsize=7, loc="best")
+    if records:
+        ax.legend(fontsize=7, loc="best")
+    else:
+        # Nothing to plot but the seed: fixed, readable axes and a note instead of a degenerate plot.
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0.5, 1.5)
+        ax.text(0.5, 0.6, "no attempts yet", transform=ax.transAxes, ha="center", va="center", color="#666")
 
     nodes = lineage_nodes(lineage, records)
     by_commit = {n.commit: n for n in nodes}
@@ -84,9 +106,13 @@ def figure_png(lineage: Lineage, records: list[AttemptRecord]) -> bytes:
                       xytext=(4, 4), fontsize=7)
     tree.set(title="lineage of accepted kernels (best path in green)", xlabel="attempt (finishing order)",
              ylabel="speedup vs seed")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    if len(nodes) == 1:
+        tree.set_xlim(-1, 10)
+        tree.set_ylim(0.5, 1.5)
+        tree.text(0.5, 0.4, "no accepted kernel yet", transform=tree.transAxes, ha="center", color="#666")
+    for axis in (ax, tree):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # attempts are whole numbers
+    return fig
 
 
 def _table(headers: list[str], rows: list[list[object]]) -> str:
@@ -114,13 +140,14 @@ def html_page(run_dir: Path, lineage: Lineage, summary: RunSummary | None, recor
     for r in records:
         counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
     image = base64.b64encode(png).decode()
-    title = html.escape(f"tik-agent run {lineage.run_id}")
+    title = html.escape(f"tik-agent run {lineage.run_id} (times on {device_of(lineage, summary)})")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%}}</style></head>
 <body><h1>{title}</h1>
 {_table(["", ""], facts)}
+{"<p>No attempts yet: the picture shows the seed only.</p>" if not records else ""}
 <img alt="speedup over time and lineage" src="data:image/png;base64,{image}">
 <h2>Accepted kernels</h2>
 {_table(["attempt", "parent", "vs seed", "vs parent", "commit"], accepted)}
@@ -138,8 +165,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path
     records = finished_records(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
-    png = figure_png(lineage, records)
+    summary = RunSummary.load(run_dir)
+    png = figure_png(lineage, records, device_of(lineage, summary))
     png_path, html_path = out / "report.png", out / "report.html"
     png_path.write_bytes(png)
-    html_path.write_text(html_page(run_dir, lineage, RunSummary.load(run_dir), records, png))
+    html_path.write_text(html_page(run_dir, lineage, summary, records, png))
     return png_path, html_path

@@ -1,0 +1,59 @@
+"""The live view at the sizes people's terminals have: 80x24 and 200x50, from a synthetic snapshot."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.console import Console
+
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord
+from tik_agent.run.runconfig import Limits
+from tik_agent.search.budget import Spend, gauges
+from tik_agent.search.frontier import Member
+from tik_agent.search.optimize import Snapshot, Ticket
+from tik_agent.view.live import render
+
+OUTCOMES = [AttemptOutcome.ACCEPTED, AttemptOutcome.NOT_FASTER, AttemptOutcome.PARITY_FAILED,
+            AttemptOutcome.REJECTED_STATIC, AttemptOutcome.DUPLICATE]
+
+
+def snapshot(n_recent: int = 10) -> Snapshot:
+    recent = [AttemptRecord(
+        attempt_id=f"a{i:04d}", index=i, parent_commit="c" * 40, parent_id="seed", outcome=OUTCOMES[i % len(OUTCOMES)],
+        reason="[missing-jit] a long reason that goes on well past the width of any terminal " * 2,
+        rationale="ROWS_PER_PROGRAM = 16 (was 1)", speedup=1.0 + i / 10, speedup_vs_parent=1.0 + i / 20,
+        eval_s=12.0) for i in range(1, n_recent + 1)]
+    now = time.time()
+    flight = [Ticket("a0099", 99, Member("d" * 40, "a0007", 2.5), started=now - 300, stage="evaluating",
+                     stage_started=now - 20)]
+    return Snapshot(run_id="20261201-090000-rmsnorm", seed="rmsnorm", agent="offline", model=None, workers=1,
+                    gauges=gauges(Limits(iterations=200, time_s=8 * 3600), Spend(10, 1, 600.0, 0, 0.0, 3)),
+                    best=Member("e" * 40, "a0001", 1.1), accepted=2, outcomes={}, in_flight=flight, recent=recent,
+                    frontier=[Member("e" * 40, "a0001", 1.1)])
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (200, 50)])
+def test_the_attempts_table_reads_at_80_and_200_columns(width, height):
+    console = Console(record=True, width=width, height=height, file=open("/dev/null", "w"))
+    console.print(render(snapshot(), console))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= height
+    assert max(len(ln) for ln in lines) <= width
+    rows = [ln for ln in lines if ln.strip().startswith("a00") and "seed" in ln]
+    assert len(rows) >= 5, "\n".join(lines)
+    for row in rows:  # every fixed column whole: id, parent, outcome, both speedups, eval time
+        cells = row.split()
+        assert cells[0].startswith("a00") and cells[1] == "seed"
+        assert cells[2] in {o.value for o in OUTCOMES}
+        assert cells[3].endswith("x") and cells[4].endswith("x") and cells[6] == "s"
+        assert len(" ".join(cells[7:])) >= 12   # the idea/reason keeps room, cut to one line
+    assert any("[missing-jit]" in row for row in rows)  # brackets survive (no markup)
+    text = "\n".join(lines)
+    assert "evaluating 20 s (attempt 300 s)" in text  # the stage timer counts from the stage's start
+
+
+def test_a_short_terminal_shows_fewer_rows_not_a_cropped_view():
+    console = Console(record=True, width=80, height=24, file=open("/dev/null", "w"))
+    console.print(render(snapshot(30), console))
+    assert len(console.export_text().splitlines()) <= 24

@@ -1,0 +1,68 @@
+"""Time and counts that must not mislead: running time across resumes, the report of a run with no
+attempts (axes, note, device, integer ticks), a rejected attempt's speedup in `show`."""
+
+from __future__ import annotations
+
+import pytest
+from optimize_helpers import run, template  # noqa: F401 (fixtures)
+
+from tik_agent.cli import view_commands
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord, ResumeState
+from tik_agent.run.lineage import open_run
+from tik_agent.view.report import figure, write_report
+
+
+def _record(aid: str, finished_at: float) -> dict:
+    return AttemptRecord(attempt_id=aid, index=int(aid[1:]), parent_commit="0" * 40, parent_id="seed",
+                         outcome=AttemptOutcome.ACCEPTED, finished_at=finished_at).to_dict()
+
+
+def test_running_time_counts_sessions_not_the_gap_between_them():
+    day = 86400.0
+    events = [
+        {"event": "session", "t": 100.0}, {"event": "started", "attempt_id": "a0001", "index": 1, "t": 101.0},
+        {"event": "finished", "record": _record("a0001", 150.0), "t": 150.0}, {"event": "stopped", "t": 160.0},
+        # a day later: a resume restores a record before its session starts (its t is the commit's time,
+        # but even a line written "now" must not stretch the last session over the idle day)
+        {"event": "finished", "record": _record("a0002", 155.0), "t": 160.0 + day},
+        {"event": "session", "t": 170.0 + day}, {"event": "stopped", "t": 200.0 + day},
+    ]
+    assert ResumeState.replay(events).elapsed_s == pytest.approx(60.0 + 30.0)
+    killed = [{"event": "session", "t": 0.0}, {"event": "started", "attempt_id": "a0001", "index": 1, "t": 40.0},
+              {"event": "session", "t": 40.0 + day}, {"event": "stopped", "t": 50.0 + day}]
+    assert ResumeState.replay(killed).elapsed_s == pytest.approx(40.0 + 10.0)   # a killed session ends at its last line
+
+
+def test_the_report_of_a_run_without_attempts_has_sane_axes_a_note_and_the_device(run):
+    lin = open_run(run)
+    fig = figure(lin, [], "CPU (x86_64, Triton interpreter)")
+    speed, tree = fig.axes
+    assert "times measured on CPU (x86_64, Triton interpreter)" in fig.get_suptitle()
+    for ax in (speed, tree):
+        low, high = ax.get_xlim()
+        assert high - low >= 5 and ax.get_ylim()[1] - ax.get_ylim()[0] >= 0.5   # not a degenerate range
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks       # attempts are whole numbers
+    assert any("no attempts yet" in t.get_text() for t in speed.texts)
+    png, page = write_report(run)
+    assert png.stat().st_size > 0 and "No attempts yet" in page.read_text()
+
+
+def test_the_attempt_axis_has_integer_ticks_with_few_attempts(run):
+    lin = open_run(run)
+    records = [AttemptRecord.from_dict(_record(f"a000{i}", float(i))) for i in (1, 2, 3)]
+    for r, s in zip(records, (1.2, 1.5, 1.1)):
+        r.speedup = s
+    speed, _ = figure(lin, records, "x").axes
+    low, high = speed.get_xlim()
+    assert all(float(t).is_integer() for t in speed.get_xticks() if low <= t <= high)
+
+
+@pytest.mark.parametrize("promoted, words", [(False, "measured 1.900x the seed (not promoted)"),
+                                             (True, "1.900x the seed")])
+def test_show_states_a_rejected_attempts_speedup_as_a_measurement(capsys, promoted, words):
+    view_commands._print_report({"outcome": "passed", "cases": [{"passed": True}], "speedup": 1.9}, promoted)
+    text = capsys.readouterr().out
+    assert words in text and (promoted or "not promoted" in text)
+    if promoted:
+        assert "not promoted" not in text
