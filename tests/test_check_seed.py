@@ -41,8 +41,23 @@ def test_split_k_for_small_batches_is_caught(tmp_path, device, capsys):
          "    c = torch.empty((M, N), dtype=a.dtype, device=a.device)\n"
          "    if M <= 4:\n"
          "        half = (K // 2 + BLOCK_K - 1) // BLOCK_K * BLOCK_K\n"
-         "        return (_matmul_fp32(a[:, :half], b[:half]) + _matmul_fp32(a[:, half:], b[half:])).to(a.dtype)\n")
+         "        return _add_cast(_matmul_fp32(a[:, :half], b[:half]), _matmul_fp32(a[:, half:], b[half:]), a.dtype)\n")
+    # The halves are added in Triton too: torch arithmetic in a launcher is refused at run time.
     kernel.write_text(kernel.read_text() + '''
+
+@triton.jit
+def _add_cast_kernel(p_ptr, q_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    total = tl.load(p_ptr + offs, mask=mask) + tl.load(q_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _add_cast(p, q, dtype):
+    out = torch.empty(p.shape, dtype=dtype, device=p.device)
+    _add_cast_kernel[(triton.cdiv(p.numel(), 256),)](p, q, out, p.numel(), BLOCK=256)
+    return out
+
 
 def _matmul_fp32(a, b):
     M, K = a.shape
@@ -59,6 +74,15 @@ def _matmul_fp32(a, b):
     assert cli.run(["check-seed", str(seed), "--device", device]) == 1
     err = capsys.readouterr().err
     assert "FAILED" in err and "[invariance]" in err and "rows run alone" in err
+
+
+def test_host_compute_in_a_seed_is_reported(tmp_path, device):
+    """Seeds run under the host-ops mode too: a candidate could never match torch math done on the host."""
+    seed = copy_seed("rmsnorm", tmp_path)
+    shrink_grid(seed, batch_sizes="[1, 3]", dims={"N": "[1000]"})
+    edit(seed / "kernel.py", "    y = torch.empty_like(x)\n", "    y = torch.empty_like(x)\n    x = x * 1.0\n")
+    failure = _failure(seed, device)
+    assert "host compute: aten.mul.Tensor outside a Triton launch" in failure.message
 
 
 def test_unwritten_output_is_caught(tmp_path, device):

@@ -464,3 +464,11 @@ def test_kernel_escapes_are_rejected(kernel_line: str) -> None:
     body = textwrap.indent(kernel_line, "    ")
     source = HEADER + f"\n@triton.jit\ndef _k(x_ptr, n, BLOCK: tl.constexpr):\n{body}\n"
     assert check_source(source) != []
+
+
+def test_an_optional_output_argument_passes() -> None:
+    source = candidate("if out is None:\n    out = torch.empty_like(x)\nassert out.stride(0) >= 0 and out.shape == x.shape")
+    source = source.replace("def launch(x):", "def launch(x, out=None):")
+    assert check_source(source, entry="launch") == []
+    # ... but the tensor side of it still may not compute.
+    assert "host-compute" in rules_of(source.replace("assert out.stride(0)", "out = out * 2\n    assert out.stride(0)"))

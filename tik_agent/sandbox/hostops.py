@@ -93,6 +93,7 @@ def refuse(what: str) -> None:
     """Record and raise a violation; ``what`` is harness text (an op name), never the candidate's."""
     message = f"host compute: {what}"
     _STATE.violations.append(message)
+    log.debug("%s", message)
     raise HostComputeError(message)
 
 

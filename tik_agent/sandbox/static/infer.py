@@ -323,6 +323,8 @@ class Types:
         return {UNKNOWN}
 
     def _item(self, container: str, index: ast.expr) -> Iterable[str]:
+        if container == NONE:
+            return set()
         if container == SIZE:
             return {SIZE} if isinstance(index, ast.Slice) else {INT}
         if container == STR:

@@ -57,6 +57,8 @@ def api_type(path: str) -> str:
 
 
 def attribute_type(receiver: str, attr: str) -> Iterable[str]:
+    if receiver == NONE:  # reading an attribute of None raises: it adds no type
+        return set()
     if receiver in TENSOR_LIKE:
         return set(policy.TENSOR_ATTRS.get(attr, UNKNOWN).split("|"))
     table = {DEVICE: policy.DEVICE_ATTRS, DTYPE: policy.DTYPE_ATTRS}.get(receiver)
@@ -68,6 +70,8 @@ def attribute_type(receiver: str, attr: str) -> Iterable[str]:
 
 
 def method_type(receiver: str, method: str, call: ast.Call) -> Iterable[str]:
+    if receiver == NONE:
+        return set()
     if receiver in TENSOR_LIKE:
         if method in policy.TENSOR_METADATA_METHODS:
             kinds = policy.TENSOR_METADATA_METHODS[method].split("|")

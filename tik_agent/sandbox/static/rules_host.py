@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from tik_agent.sandbox.static import policy
 from tik_agent.sandbox.static.context import Context
 from tik_agent.sandbox.static.infer import plain
-from tik_agent.sandbox.static.kinds import DEVICE, DTYPE, FUNC, INFO, KERNEL, META, SIZE, STR, TENSOR_LIKE
+from tik_agent.sandbox.static.kinds import DEVICE, DTYPE, FUNC, INFO, KERNEL, META, NONE, SIZE, STR, TENSOR_LIKE
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
 
@@ -240,7 +240,8 @@ def _check_value_attributes(ctx: Context) -> Iterator[Violation]:
             continue  # module paths: the API rules; kernels: kernel-attribute
         parent = ctx.parent(node)
         called = isinstance(parent, ast.Call) and parent.func is node
-        receivers = ctx.types.of(node.value)
+        # None has no attributes to abuse (reading one raises): out=None, then a tensor.
+        receivers = ctx.types.of(node.value) - {NONE} or ctx.types.of(node.value)
         if all(_attribute_allowed(r, node.attr, called) for r in receivers):
             continue
         compute = node.attr in policy.HOST_COMPUTE_METHODS or node.attr.endswith("_")
