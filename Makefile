@@ -15,11 +15,11 @@ TORCH_VERSION ?= 2.13.0
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 		$(BIN)/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c constraints/cpu.txt -e '.[test,llm]'
 	@touch $(STAMP)
 
 # A short offline optimisation of rmsnorm: no API key, no GPU; under five

@@ -243,12 +243,12 @@ def show(run: Path = typer.Argument(..., help="A run directory."),
         console.print(f"commit {commit}  " + ", ".join(f"{k}: {v}" for k, v in trailers.items()), highlight=False)
         source = lin.file_at(commit, KERNEL_FILE)
         report = json.loads(lin.file_at(commit, EVALUATION_FILE))
-        parent = lin.repo.commit(commit).parents
+        parent = lin.parents(commit)
         diff = None
         if parent:
             from tik_agent.search.briefing import source_diff
 
-            diff = source_diff(lin.file_at(parent[0].hexsha, KERNEL_FILE), source, parent[0].hexsha[:10], commit[:10])
+            diff = source_diff(lin.file_at(parent[0], KERNEL_FILE), source, parent[0][:10], commit[:10])
     if source is not None:
         console.print(Syntax(source, "python", line_numbers=True))
     if report is not None:

@@ -235,4 +235,4 @@ def restored_record(session: Session, commit: str) -> AttemptRecord:
         rationale=session.store.read(attempt, "rationale.txt") or "",
         input_tokens=int(t.get("Tokens-Input", 0)), output_tokens=int(t.get("Tokens-Output", 0)),
         agent=t.get("Agent", ""), model=None if t.get("Model") in (None, "none") else t["Model"],
-        finished_at=lineage.repo.commit(commit).committed_date, restored=True)
+        finished_at=lineage.committed_at(commit), restored=True)
