@@ -3,6 +3,7 @@
 import pytest
 
 from seedutil import copy_seed, edit
+from tik_agent.spec.seeds import BUNDLED_DIR
 from tik_agent import cli
 from tik_agent.errors import SpecError
 from tik_agent.spec.schema import load_spec
@@ -15,7 +16,7 @@ def seed_dir(tmp_path):
 
 def test_bundled_specs_load():
     for name in ("rmsnorm", "logprobs", "matmul"):
-        spec = load_spec(f"tik_agent/seed_kernels/{name}")
+        spec = load_spec(BUNDLED_DIR / name)
         assert spec.name == name and spec.workload and spec.tunables
 
 

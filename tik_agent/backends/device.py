@@ -70,6 +70,31 @@ def environment(device: str) -> dict:
     return env
 
 
+def probe_environment(device: str) -> dict:
+    """:func:`environment`, read in a short child process on cuda.
+
+    Reading the device's properties initialises CUDA in the reading process; the
+    optimiser's parent runs no kernel and keeps no CUDA state, so it asks a child.
+    """
+    if device != "cuda":
+        return environment(device)
+    import json
+    import subprocess
+
+    import tik_agent
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tik_agent.__file__)))
+    code = (f"import sys, json; sys.path.insert(0, {root!r}); from tik_agent.backends.device import environment; "
+            "print(json.dumps(environment('cuda')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"--device cuda: reading the GPU's properties failed: {last}")
+    env = json.loads(done.stdout.strip().splitlines()[-1])
+    env["executable"] = sys.executable
+    return env
+
+
 def binding(env: dict) -> dict:
     """The fields a run refuses to change between resumes."""
     return {k: env.get(k) for k in ("device", "device_name", "driver", "cuda", "torch", "triton")}

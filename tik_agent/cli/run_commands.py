@@ -77,10 +77,6 @@ def optimize(
         the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0,
                                             **_agent_files(**files))
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
-    if config.device == "cuda" and config.workers > 1:
-        logging.getLogger("tik_agent").warning(
-            "--workers %d on cuda: evaluations are not yet pinned to separate GPUs; using 1", config.workers)
-        config = config.extended(limits={}, workers=1)
     console.print(f"run directory: [bold]{path}[/bold]", highlight=False)
     logging.getLogger("tik_agent").info("%s", explanation)
     session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
@@ -142,7 +138,7 @@ def _new_config(path: Path, spec, agent, given: dict, limits: dict, workers: int
         model=agent.model, base_url=given["base_url"], rng_seed=given["rng_seed"] or 0, device=device,
         rounds=given["rounds"] or 5, warmup=1, eval_timeout_s=given["eval_timeout_s"] or 900.0,
         workers=workers or 1, limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
-        binding=devices.binding(devices.environment(device)), created=utc_now())
+        binding=devices.binding(devices.probe_environment(device)), created=utc_now())
 
 
 def _print_summary(path: Path, s: RunSummary) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
+# scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
+TRITON_CACHE = "triton-cache"
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
 
 
@@ -51,6 +54,13 @@ class EvalOptions:
     timing: bool = True
     memory_bytes: int | None = 16 * 1024**3
     keep_workdir: bool = False
+    # Set by an executor, never by a user: the worker's CUDA_VISIBLE_DEVICES (one entry of
+    # the parent's own list), a Triton cache directory copied into the worker's cache
+    # before it starts, and where to keep the worker's cache after a clean run (only for
+    # evaluations that run nothing but the trusted seed).
+    cuda_device: str | None = None
+    warm_cache: str | None = None
+    save_cache: str | None = None
 
     def __post_init__(self):
         if self.timeout_s <= 0:
@@ -80,7 +90,7 @@ class Reference:
     def load(cls, path: Path) -> "Reference":
         import torch
 
-        d = torch.load(path, weights_only=True)
+        d = torch.load(path, weights_only=True, map_location="cpu")
         return cls(d["outputs"], d["environment"], d["seed_sha256"], [Case.from_dict(c) for c in d["cases"]])
 
 
@@ -109,6 +119,13 @@ class _Sandbox:
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
+        if options.cuda_device is not None:
+            extra["CUDA_VISIBLE_DEVICES"] = options.cuda_device
+        cache = self.dir / TRITON_CACHE
+        if options.warm_cache is not None and Path(options.warm_cache).is_dir():
+            # A fresh copy per evaluation: whatever a candidate writes into its cache
+            # dies with its sandbox and never reaches the seed's binaries elsewhere.
+            shutil.copytree(options.warm_cache, cache, dirs_exist_ok=True)
         limits = SandboxLimits(
             wall_seconds=options.timeout_s,
             cpu_seconds=int(options.timeout_s * 2) + 60,
@@ -116,7 +133,10 @@ class _Sandbox:
             file_bytes=4 * 1024**3,
             max_processes=4096,
         )
-        return run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        proc = run_sandboxed(worker_argv("request.json"), self.dir, limits, scrubbed_environment(extra, workdir=self.dir))
+        if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
+            _replace_tree(cache, Path(options.save_cache))
+        return proc
 
     def result(self) -> dict | None:
         path = self.dir / RESULT_FILE
@@ -126,11 +146,24 @@ class _Sandbox:
         import torch
 
         path = self.dir / OUTPUTS_FILE
-        return torch.load(path, weights_only=True) if path.is_file() else {"cases": {}, "recheck": {}}
+        # onto the CPU: the parent never needs a CUDA context for a worker's outputs
+        return torch.load(path, weights_only=True, map_location="cpu") if path.is_file() else {"cases": {}, "recheck": {}}
 
     def close(self) -> None:
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _replace_tree(source: Path, dest: Path) -> None:
+    """Copy ``source`` to ``dest`` so that readers see the old tree or the new one, never half."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) -> dict:

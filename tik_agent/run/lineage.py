@@ -44,7 +44,7 @@ SPEC_FILE = "spec.toml"
 REFERENCE_FILE = "reference.py"
 EVALUATION_FILE = "evaluation.json"
 EXCLUDED = ("/attempts/", "/journal.jsonl", "/summary.json", "/run.json", "/reference.pt",
-            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp")
+            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp", "/triton-cache/", "/.triton-cache.*")
 _ATTEMPT_TAG = re.compile(r"a\d{4,}")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 
@@ -178,6 +178,7 @@ class LineageWriter(Lineage):
     def init(cls, path: Path) -> "LineageWriter":
         """Create (or reopen, after a crash during creation) the repository."""
         path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
         if not (path / ".git").is_dir():
             writer.repo.run("init", "--quiet", f"--initial-branch={BRANCH}")

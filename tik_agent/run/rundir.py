@@ -15,6 +15,7 @@ Finally ``main`` is pointed at the best kernel and checked out.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -38,6 +39,9 @@ from tik_agent.spec.schema import KernelSpec, load_spec
 log = logging.getLogger(__name__)
 
 REFERENCE_CACHE = "reference.pt"
+# The Triton cache of the seed's own audit (trusted code only), copied fresh into every
+# cuda worker so that no sandbox starts by recompiling the seed.
+WARM_CACHE = "triton-cache"
 LOCK_FILE = "run.lock"
 SEED_SNAPSHOT = Path(".git") / "tik-seed"  # the root commit's files, for this session's evaluations
 
@@ -89,7 +93,7 @@ def reopen(path: Path, config: RunConfig) -> Session:
     """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended)."""
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
-    config.check_binding(devices.binding(devices.environment(config.device)))
+    config.check_binding(devices.binding(devices.probe_environment(config.device)))
     return _open(path, config)
 
 
@@ -182,6 +186,8 @@ def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions) -> Referen
 def _commit_root(lineage: LineageWriter, spec: KernelSpec, reference: Reference, options: EvalOptions,
                  config: RunConfig) -> None:
     log.info("auditing the seed: parity baseline and timings")
+    if options.device == "cuda":
+        options = dataclasses.replace(options, save_cache=str(lineage.path / WARM_CACHE))
     audit = evaluate(spec, spec.source, options, reference=reference)
     if not audit.timing:
         raise UsageError(f"{spec.source}: the seed's own audit failed: {audit.reason}")
