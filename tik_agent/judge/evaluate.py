@@ -61,6 +61,7 @@ class EvalOptions:
     cuda_device: str | None = None
     warm_cache: str | None = None
     save_cache: str | None = None
+    ceilings: bool = False  # on cuda, also measure the device's copy and matmul ceilings (eval)
 
     def __post_init__(self):
         if self.timeout_s <= 0:
@@ -245,7 +246,7 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         if parent is not None:
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
         if options.timing:
-            extra["timing"] = {"rounds": options.rounds, "warmup": options.warmup}
+            extra["timing"] = {"rounds": options.rounds, "warmup": options.warmup, "ceilings": options.ceilings}
         proc = box.run(_request("candidate", kernel, options.device, reference.cases, **extra), options)
         result = box.result()
         failure = _sandbox_failure(proc, result, options.timeout_s)
@@ -285,6 +286,12 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
     cells = _cells(spec, device, timing["samples"])
     verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
                       timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)
+    details = timing.get("cells", {})
+    for row in verdict.timing:  # the device timer's per-cell record: bytes, calls, launch overhead, clocks
+        if row["name"] in details:
+            row["device"] = details[row["name"]]
+    if timing.get("ceilings"):
+        verdict.ceilings = timing["ceilings"]
     if all(c.parent is not None for c in cells):
         verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
         weights = {c.name: c.weight for c in cells}

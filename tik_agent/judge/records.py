@@ -43,6 +43,7 @@ class Verdict:
     seed_sha256: str = ""
     seconds: float = 0.0
     worker_log: str | None = None
+    ceilings: dict | None = None           # the device's measured copy GB/s and matmul TFLOP/s (eval on cuda)
 
     @property
     def passed(self) -> bool:
@@ -74,6 +75,7 @@ class Verdict:
             "seed_sha256": self.seed_sha256,
             "seconds": self.seconds,
             "worker_log": self.worker_log,
+            "ceilings": self.ceilings,
         }
 
     @classmethod
@@ -87,5 +89,5 @@ class Verdict:
             cases=list(d["cases"]), first_mismatch=d["first_mismatch"], timing=list(d["timing"]),
             static_violations=list(d["static_violations"]), environment=dict(d["environment"]),
             candidate_sha256=d["candidate_sha256"], seed_sha256=d["seed_sha256"],
-            seconds=float(d["seconds"]), worker_log=d.get("worker_log"),
+            seconds=float(d["seconds"]), worker_log=d.get("worker_log"), ceilings=d.get("ceilings"),
         )

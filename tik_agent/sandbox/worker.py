@@ -128,6 +128,10 @@ def _save(outputs: dict, workdir: Path) -> None:
 
 def _time(spec, device, candidate, others, timing):
     """Interleaved rounds: each round times every kernel once per cell, in rotating order."""
+    if device == "cuda":  # graph replay on the device: see tik_agent.backends.device_timing
+        from tik_agent.backends.device_timing import time_workload
+
+        return time_workload(spec, candidate, others, timing)
     from tik_agent.backends.timers import timer_for
     from tik_agent.spec.cases import make_inputs, workload_case
 
