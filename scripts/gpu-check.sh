@@ -71,7 +71,9 @@ install_from_wheels() {
     if [ -e "$SITE/$pkg" ]; then echo "the wheel folder carries $pkg: it would shadow the node's own"; return 1; fi
   done
 }
-step install 20 install_from_wheels || { echo "install failed"; exit 1; }
+export -f install_from_wheels
+export PY WHEELS SITE
+step install 20 bash -c install_from_wheels || { echo "install failed"; exit 1; }
 export PYTHONPATH=$SITE
 export PYTHONUNBUFFERED=1
 cd "$WORK"   # from here on nothing is read from the checkout but the steps script

@@ -6,6 +6,7 @@ import dataclasses
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import typer
@@ -47,6 +48,8 @@ def optimize(
     eval_timeout: float = typer.Option(None, help="Seconds before an evaluation is killed [default: 900]."),
     prompts: Path = typer.Option(None, help="A directory of prompt templates overriding the bundled ones."),
     prices: Path = typer.Option(None, help="A TOML price table (USD per million tokens) replacing the bundled one."),
+    probes: Path = typer.Option(None, help="probes.json from scripts/gpu-check.sh on this device: which tunable "
+                                           "values keep bits here (the offline agent's priors)."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
@@ -77,9 +80,15 @@ def optimize(
         the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0,
                                             **_agent_files(**files))
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
+    if probes is not None:
+        from tik_agent.spec.tunables import load_probes
+
+        load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
     console.print(f"run directory: [bold]{path}[/bold]", highlight=False)
     logging.getLogger("tik_agent").info("%s", explanation)
     session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
+    if probes is not None:
+        shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
     try:
         optimizer = Optimizer(session, the_agent)
         with stop_on_signals(optimizer):

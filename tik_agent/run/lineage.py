@@ -44,7 +44,7 @@ SPEC_FILE = "spec.toml"
 REFERENCE_FILE = "reference.py"
 EVALUATION_FILE = "evaluation.json"
 EXCLUDED = ("/attempts/", "/journal.jsonl", "/summary.json", "/run.json", "/reference.pt",
-            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp", "/triton-cache/", "/.triton-cache.*")
+            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp", "/triton-cache/", "/.triton-cache.*", "/probes.json")
 _ATTEMPT_TAG = re.compile(r"a\d{4,}")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 

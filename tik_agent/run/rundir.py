@@ -42,6 +42,8 @@ REFERENCE_CACHE = "reference.pt"
 # The Triton cache of the seed's own audit (trusted code only), copied fresh into every
 # cuda worker so that no sandbox starts by recompiling the seed.
 WARM_CACHE = "triton-cache"
+# Bit probes of the seed's tunables on this run's device (from scripts/gpu-check.sh), if given.
+PROBES_FILE = "probes.json"
 LOCK_FILE = "run.lock"
 SEED_SNAPSHOT = Path(".git") / "tik-seed"  # the root commit's files, for this session's evaluations
 
