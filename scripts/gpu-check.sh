@@ -31,6 +31,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 : > "$OUT/summary.md"
 exec > >(tee -a "$OUT/log.txt") 2>&1
+exec 3>&1   # the log, for step headers when a step's own stdout goes to a result file
 
 FAILED=0
 # step NAME SECONDS CMD...: run under its own timeout, record the outcome, carry on.
@@ -38,11 +39,11 @@ step() {
   local name=$1 limit=$2; shift 2
   [ "$REHEARSE" = 1 ] && limit=$(( limit * ${REHEARSE_SCALE:-4} ))
   local t0=$SECONDS
-  echo "== $name (limit ${limit}s)"
+  echo "== $name (limit ${limit}s)" >&3
   timeout --kill-after=10 "$limit" "$@"
   local rc=$?
   local took=$(( SECONDS - t0 ))
-  [ $rc = 124 ] && echo "== $name: TIMED OUT after ${limit}s"
+  [ $rc = 124 ] && echo "== $name: TIMED OUT after ${limit}s" >&3
   [ $rc != 0 ] && FAILED=$(( FAILED + 1 ))
   echo "- step $name: exit $rc, ${took}s" >> "$OUT/steps.tmp"
   return $rc
@@ -100,5 +101,6 @@ step export 35 bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wh
 
 { echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$OUT/steps.tmp"; } >> "$OUT/summary.md"
 rm -f "$OUT/steps.tmp"
-echo "gpu-check: $FAILED failed step(s); results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "gpu-check: $(grep -c ': exit 0,' "$OUT/summary.md") passed, $FAILED failed"
 exit $(( FAILED > 0 ))
