@@ -152,3 +152,15 @@ def test_an_attempt_is_evaluated_and_confirmed_on_one_gpu(run):
     assert any(r.outcome.value == "accepted" for r in records), "no attempt was confirmed"
     assert by_attempt and all(len(gpus) == 1 for gpus in by_attempt.values()), by_attempt
     assert set().union(*by_attempt.values()) == {"0", "1"}
+
+
+def test_the_parent_reads_device_properties_in_a_child():
+    """On cuda the parent asks a child (reading properties starts CUDA in the reader); the child's
+    answer is the same record the parent would have read itself."""
+    import sys
+
+    from tik_agent.backends import device as devices
+
+    here = devices.environment("cpu")
+    child = devices.probe_environment("cpu", in_child=True)
+    assert devices.binding(child) == devices.binding(here) and child["executable"] == sys.executable

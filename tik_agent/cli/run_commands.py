@@ -80,6 +80,12 @@ def optimize(
         the_agent, explanation = make_agent(agent or "auto", model=model, base_url=base_url, seed=rng_seed or 0,
                                             **_agent_files(**files))
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
+    if config.device == "cuda":  # one evaluation per GPU: refuse more workers than GPUs before creating anything
+        import os
+
+        from tik_agent.search.executor import assign_gpus, torch_device_count, visible_devices
+
+        assign_gpus(config.workers, visible_devices(os.environ, torch_device_count))
     if probes is not None:
         from tik_agent.spec.tunables import load_probes
 

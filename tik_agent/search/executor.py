@@ -84,7 +84,7 @@ def assign_gpus(workers: int, visible: list[str]) -> list[str]:
     return visible[:workers]
 
 
-def _torch_device_count() -> int:
+def torch_device_count() -> int:
     import torch
 
     return torch.cuda.device_count()  # counts devices; creates no context
@@ -108,7 +108,7 @@ class LocalSlot:
 
 class LocalExecutor:
     def __init__(self, device: str, workers: int, *, warm_cache: Path | None = None,
-                 environ: Mapping[str, str] = os.environ, device_count: Callable[[], int] = _torch_device_count,
+                 environ: Mapping[str, str] = os.environ, device_count: Callable[[], int] = torch_device_count,
                  evaluate_fn: EvaluateFn = evaluate):
         if workers < 1:
             raise UsageError(f"--workers: must be at least 1 (got {workers})")
