@@ -1,35 +1,106 @@
 #!/usr/bin/env bash
-# One short GPU check (under five minutes on an H200): the CUDA tests, then
-# each bundled seed evaluated against itself and one tunable variant, with
-# device-side timing.  Results go to $OUT (or ./gpu-check-out) for docs/gpu.md.
+# The GPU check: one script, every step under its own timeout (their sum is six
+# minutes on an H200), no network, at most 8 result files in $OUT.
 #
-#   bash scripts/gpu-check.sh            # uses .venv/bin/python, else python3
+#   WHEELS=DIR OUT=DIR bash scripts/gpu-check.sh              # on the GPU node
+#   OUT=DIR bash scripts/gpu-check.sh --rehearse              # here: the CPU interpreter
 #
-# The machine needs torch (CUDA build) and triton==3.9.0 importable; nothing is
-# installed from the network.  tik-agent is used from this checkout.
+# It installs tik-agent (and what the node lacks) from a wheel folder made
+# beforehand by `bash scripts/gpu-wheels.sh DIR` on a machine with a registry,
+# with `pip install --no-index --no-deps --target` beside the node's own torch and
+# triton (never replacing them), then: the environment and measured ceilings;
+# bit probes of each seed's tunables; `tik-agent eval` of each seed against
+# itself (microseconds per cell, GB/s, % of the copy ceiling, launch overhead);
+# a 3-iteration offline `optimize --device cuda`; `export`, the wheel's
+# `verify()`, the op under torch.compile and inside a CUDA graph capture.
+#
+# --rehearse runs the same steps on the CPU: the interpreter, the smallest
+# shapes, the same install-from-wheels path (it makes the wheel folder itself,
+# for this machine's Python, unless WHEELS is given), everything but the
+# device-only measurements.  Within 15 minutes on 2 cores; CI runs it.
+#
+# Results: summary.md (the tables for docs/gpu.md), environment.json,
+# probes.json, evals.json, optimize.txt, log.txt (everything printed).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-OUT=${OUT:-gpu-check-out}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+REHEARSE=0
+[ "${1:-}" = "--rehearse" ] && REHEARSE=1
+PY=${PYTHON:-python3}
+OUT=$(mkdir -p "${OUT:-gpu-check-out}" && cd "${OUT:-gpu-check-out}" && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+: > "$OUT/summary.md"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+exec 3>&1   # the log, for step headers when a step's own stdout goes to a result file
 
-{
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  "$PY" -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'gpu', torch.cuda.is_available())"
-  # Which OS isolation the evaluations below run under (bwrap with /dev/nvidia* bound is untested on GPUs).
-  "$PY" -c "from tik_agent.sandbox.isolation import best; r = best().report(); print('isolation', r.level, r.mechanism, ','.join(r.layers), r.why)"
-} 2>&1 | tee "$OUT/environment.txt"
+FAILED=0
+# step NAME SECONDS CMD...: run under its own timeout, record the outcome, carry on.
+step() {
+  local name=$1 limit=$2; shift 2
+  [ "$REHEARSE" = 1 ] && limit=$(( limit * ${REHEARSE_SCALE:-4} ))
+  local t0=$SECONDS
+  echo "== $name (limit ${limit}s)" >&3
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  local took=$(( SECONDS - t0 ))
+  [ $rc = 124 ] && echo "== $name: TIMED OUT after ${limit}s" >&3
+  [ $rc != 0 ] && FAILED=$(( FAILED + 1 ))
+  echo "- step $name: exit $rc, ${took}s" >> "$OUT/steps.tmp"
+  return $rc
+}
 
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/pytest-cuda.txt"
+if [ "$REHEARSE" = 1 ]; then
+  DEVICE=cpu
+  export TRITON_INTERPRET=1
+  SMALL=--small
+  if [ -z "${WHEELS:-}" ]; then
+    WHEELS=$WORK/wheels
+    PYVER=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    step wheels 150 env PYVER="$PYVER" PYTHON="$PY" bash "$REPO/scripts/gpu-wheels.sh" "$WHEELS" || exit 1
+  fi
+else
+  DEVICE=cuda
+  SMALL=
+  : "${WHEELS:?set WHEELS to the folder scripts/gpu-wheels.sh filled}"
+fi
+
+SITE=$WORK/site
+install_from_wheels() {
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl || return 1
+  # beside the node's torch and triton, never replacing them
+  for pkg in torch triton numpy; do
+    if [ -e "$SITE/$pkg" ]; then echo "the wheel folder carries $pkg: it would shadow the node's own"; return 1; fi
+  done
+}
+export -f install_from_wheels
+export PY WHEELS SITE
+step install 20 bash -c install_from_wheels || { echo "install failed"; exit 1; }
+export PYTHONPATH=$SITE
+export PYTHONUNBUFFERED=1
+cd "$WORK"   # from here on nothing is read from the checkout but the steps script
+STEPS="$REPO/scripts/gpu_check_steps.py"
+TIK=("$PY" -m tik_agent)
+
+step environment 30 "$PY" "$STEPS" env "$OUT"
+"$PY" -c "import sys, tik_agent; assert tik_agent.__file__.startswith('$SITE'), tik_agent.__file__" \
+  || { echo "tik_agent does not come from the wheels"; FAILED=$((FAILED + 1)); }
+"$PY" "$STEPS" seeds "$WORK/seeds" $SMALL
+step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 
 for seed in rmsnorm logprobs matmul; do
-  timeout 60 "$PY" -m tik_agent eval "tik_agent/seed_kernels/$seed/kernel.py" --seed "$seed" --device cuda --rounds 10 --json \
-    > "$OUT/eval-$seed-self.json" 2> "$OUT/eval-$seed-self.err"
-  echo "$seed vs itself: exit $?"
+  step "eval-$seed" 40 "${TIK[@]}" eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
+    --device "$DEVICE" --rounds 5 --json > "$OUT/eval-$seed.json"
 done
-sed 's/ROWS_PER_PROGRAM = 1/ROWS_PER_PROGRAM = 4/' tik_agent/seed_kernels/rmsnorm/kernel.py > "$OUT/rmsnorm_rows4.py"
-timeout 60 "$PY" -m tik_agent eval "$OUT/rmsnorm_rows4.py" --seed rmsnorm --device cuda --rounds 10 --json \
-  > "$OUT/eval-rmsnorm-rows4.json" 2> "$OUT/eval-rmsnorm-rows4.err"
-echo "rmsnorm ROWS_PER_PROGRAM=4: exit $?"
+"$PY" "$STEPS" summarise "$OUT"
+
+step optimize 110 "${TIK[@]}" optimize "$WORK/seeds/rmsnorm" --agent offline --iterations 3 --device "$DEVICE" \
+  --rounds 3 --run-dir "$WORK/run" > "$OUT/optimize.txt" 2>&1
+"${TIK[@]}" lineage "$WORK/run" >> "$OUT/optimize.txt" 2>&1
+step export 35 bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wheel "$1" "$2" "$4" --site "$5"' \
+  "$PY" "$WORK/run" "$WORK/dist" "$STEPS" "$OUT" "$WORK/exported-site"
+
+{ echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$OUT/steps.tmp"; } >> "$OUT/summary.md"
+rm -f "$OUT/steps.tmp"
+echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "gpu-check: $(grep -c ': exit 0,' "$OUT/summary.md") passed, $FAILED failed"
+exit $(( FAILED > 0 ))

@@ -37,3 +37,15 @@ def test_batch_variant_candidate_is_caught_on_cuda(tmp_path):
     cand.write_text(spec.source.read_text().replace("        BLOCK_N=BLOCK_N,", "        BLOCK_N=BLOCK_N if M > 2 else 128,"))
     verdict = evaluate(spec, cand, EvalOptions(device="cuda", rounds=2, memory_bytes=None))
     assert verdict.outcome is Outcome.PARITY_FAILED
+
+
+def test_graph_replay_timer_on_the_device():
+    import torch
+
+    from tik_agent.backends.graph_timer import MIN_SAMPLES, TorchGraphBackend, measure_cell
+
+    x = [torch.randn(256, 4096, device="cuda") for _ in range(4)]
+    m = measure_cell(TorchGraphBackend(), {"a": lambda s: s * 2.0, "b": lambda s: s + 1.0}, x,
+                     x[0].numel() * 4 * 2, 60 * 1024**2, 3, 0.01)
+    assert all(len(v) == MIN_SAMPLES and min(v) > 0 for v in m.samples_ms.values())
+    assert m.launch_overhead_us["a"] > -5.0  # eager calls cannot be much faster than their replay

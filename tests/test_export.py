@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -105,12 +106,12 @@ def wheel(run_dir, tmp_path_factory) -> Path:
 
 
 def git_file(run: Path, ref: str, path: str) -> bytes:
-    import git
+    return subprocess.run(["git", "cat-file", "blob", f"{ref}:{path}"], cwd=run, capture_output=True, check=True).stdout
 
-    repo = git.Repo(run)  # kept alive until read: a collected Repo closes the stream under the read
-    data = (repo.commit(ref).tree / path).data_stream.read()
-    repo.close()
-    return data
+
+def git_rev(run: Path, ref: str) -> str:
+    return subprocess.run(["git", "rev-parse", f"{ref}^{{commit}}"], cwd=run, capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def sha256(data: bytes) -> str:
@@ -210,20 +211,17 @@ def test_wheel_carries_the_winner_and_the_seed_verbatim(wheel, run_dir):
 
 
 def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wheel, run_dir):
-    import git
-
     from tik_agent.spec.cases import evaluation_cases
     from tik_agent.spec.schema import load_spec
 
     cert = wheel_certificate(wheel)
     evaluation = json.loads(git_file(run_dir, "main", "evaluation.json"))
-    repo = git.Repo(run_dir)
     assert cert["schema"] == 1
     assert cert["seed"]["sha256"] == sha256(git_file(run_dir, "seed", "kernel.py")) == evaluation["seed_sha256"]
     assert cert["kernel"]["sha256"] == sha256(git_file(run_dir, "main", "kernel.py")) == evaluation["candidate_sha256"]
     assert cert["run"]["run_id"] == run_dir.name
-    assert cert["run"]["commit"] == repo.heads.main.commit.hexsha
-    assert cert["run"]["root_commit"] == repo.tags["seed"].commit.hexsha
+    assert cert["run"]["commit"] == git_rev(run_dir, "refs/heads/main")
+    assert cert["run"]["root_commit"] == git_rev(run_dir, "refs/tags/seed")
     assert [a["attempt_id"] for a in cert["run"]["ancestry"]] == ["a0001", None]
     assert cert["kernel"]["attempt_id"] == "a0001"
     assert cert["environment"]["device"] == evaluation["environment"]["device"] == "cpu"
@@ -285,12 +283,10 @@ def test_exporting_again_replaces_the_wheel(run_dir, tmp_path):
 
 
 def test_export_of_a_named_commit(run_dir, tmp_path):
-    import git
-
     wheel = export_wheel(run_dir, tmp_path, commit="a0002", name="rmsnorm-rows2")
     cert = wheel_certificate(wheel)
-    a0002 = git.Repo(run_dir).tags["a0002"].commit.hexsha
-    assert cert["run"]["commit"] == a0002 != git.Repo(run_dir).heads.main.commit.hexsha
+    a0002 = git_rev(run_dir, "a0002")
+    assert cert["run"]["commit"] == a0002 != git_rev(run_dir, "main")
     assert cert["kernel"]["sha256"] == sha256(git_file(run_dir, "a0002", "kernel.py"))
     assert [a["attempt_id"] for a in cert["run"]["ancestry"]] == ["a0002", "a0001", None]
     assert b"ROWS_PER_PROGRAM = 2" in read_member(wheel, "rmsnorm_rows2/kernel.py")
@@ -333,11 +329,9 @@ def test_cli_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
 
 def test_records_that_disagree_with_the_files_are_refused(run_dir, tmp_path, capsys):
     """A verdict whose candidate hash is not the committed kernel's would certify another kernel."""
-    import git
-
     run = tmp_path / run_dir.name
     shutil.copytree(run_dir, run)
-    writer = LineageWriter(run, git.Repo(run))
+    writer = LineageWriter(run)
     best = writer.best_commit()
     record = json.loads(git_file(run, "main", "evaluation.json"))
     record["candidate_sha256"] = "0" * 64

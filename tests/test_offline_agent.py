@@ -215,11 +215,22 @@ def test_constant_forms_and_multibyte_lines_are_edited_in_place():
     assert 'NAME_É = "é"; NUM_WARPS = tl.constexpr(8)\n' in edited
 
 
-def test_num_stages_rewrite_on_gpu_touches_only_the_launch():
-    moves = [m for m in candidate_moves(KERNEL, {}) if m.changes[0].name == "num_stages"]
-    assert {m.changes[0].new for m in moves} == {1, 2, 3, 4}
+# The same loop feeding a tl.dot: loads worth pipelining (never run, only edited).
+DOT_KERNEL = KERNEL.replace("        acc += x * x\n", "        acc += tl.dot(x, tl.trans(x))\n")
+
+
+def test_num_stages_is_proposed_only_for_kernels_with_a_dot():
+    assert DOT_KERNEL != KERNEL
+    assert not [m for m in candidate_moves(KERNEL, {}) if m.changes[0].name == "num_stages"]
     proposal = OfflineAgent().propose(make_context(tunables={}, device="cuda (NVIDIA H200)"))
-    removed, added = changed_lines(KERNEL, proposal.source)
+    assert proposal.source is None and "tried" in proposal.error  # nothing else to propose here
+
+
+def test_num_stages_rewrite_on_gpu_touches_only_the_launch():
+    moves = [m for m in candidate_moves(DOT_KERNEL, {}) if m.changes[0].name == "num_stages"]
+    assert {m.changes[0].new for m in moves} == {1, 2, 3, 4}
+    proposal = OfflineAgent().propose(make_context(DOT_KERNEL, tunables={}, device="cuda (NVIDIA H200)"))
+    removed, added = changed_lines(DOT_KERNEL, proposal.source)
     assert len(added) == 1 and "num_warps=NUM_WARPS, num_stages=" in added[0]
     assert "pipelined" in proposal.rationale
     try:
@@ -229,7 +240,20 @@ def test_num_stages_rewrite_on_gpu_touches_only_the_launch():
     else:
         assert check_source(proposal.source) == []
     # A launch whose num_stages is a name (a tunable) is left to the tunable.
-    assert not candidate_moves(KERNEL.replace("num_warps=NUM_WARPS", "num_stages=NUM_WARPS"), {})
+    assert not candidate_moves(DOT_KERNEL.replace("num_warps=NUM_WARPS", "num_stages=NUM_WARPS"), {})
+
+
+def test_unproven_values_come_after_known_safe_ones_and_say_so():
+    gpu = "cuda (NVIDIA H200)"
+    safe = {"ROWS_PER_PROGRAM": [1, 2]}
+    unproven = {"NUM_WARPS": [8], "ROWS_PER_PROGRAM": [16]}
+    first = OfflineAgent().propose(dataclasses.replace(make_context(tunables=safe, device=gpu), unproven=unproven))
+    assert "ROWS_PER_PROGRAM = 2" in first.rationale and "parity check decides" not in first.rationale
+    moves = candidate_moves(KERNEL, safe, unproven)
+    doubtful = {(c.name, c.new) for m in moves for c in m.changes if c.unproven}
+    assert doubtful == {("NUM_WARPS", 8), ("ROWS_PER_PROGRAM", 16)}
+    only = OfflineAgent().propose(dataclasses.replace(make_context(tunables={}, device=gpu), unproven=unproven))
+    assert only.source is not None and "parity check decides" in only.rationale
 
 
 def test_proposals_pass_the_static_rules():
@@ -244,7 +268,10 @@ def _seed(name):
     directory = ROOT / "tik_agent" / "seed_kernels" / name
     if not (directory / "kernel.py").is_file() or not (directory / "spec.toml").is_file():
         pytest.skip(f"seed_kernels/{name} is not there yet")
+    from tik_agent.spec.schema import load_spec
+
     spec = tomllib.loads((directory / "spec.toml").read_text())
+    spec["tunables"] = dict(load_spec(directory).tunables)  # values only; safe_on is the briefing's business
     return (directory / "kernel.py").read_text(), spec
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from seedutil import copy_seed, edit
+from tik_agent.spec.seeds import BUNDLED_DIR
 from tik_agent import cli
 from tik_agent.errors import SpecError
 from tik_agent.spec.schema import load_spec
@@ -15,7 +16,7 @@ def seed_dir(tmp_path):
 
 def test_bundled_specs_load():
     for name in ("rmsnorm", "logprobs", "matmul"):
-        spec = load_spec(f"tik_agent/seed_kernels/{name}")
+        spec = load_spec(BUNDLED_DIR / name)
         assert spec.name == name and spec.workload and spec.tunables
 
 
@@ -31,7 +32,7 @@ def test_bundled_specs_load():
         ('entry = "rms_norm"', 'entry = "rms_norm_fast"', "kernel.entry: no top-level function of that name"),
         ("batch_sizes = [1, 2, 3, 7, 16, 33]", "batch_sizes = [2, 4]", "parity.batch_sizes: must include 1"),
         ("batch_sizes = [1, 2, 3, 7, 16, 33]", "batch_sizes = [1, 2, 4]", "must include an odd size above 1"),
-        ("ROWS_PER_PROGRAM = [1, 2, 4, 8, 16]", "ROWS_PER_PROGRAM = [1, 2]\nBLOCK_Q = [1]", "tunables.BLOCK_Q: kernel.py has no module-level constant"),
+        ('ROWS_PER_PROGRAM = { values = [1, 2, 4, 8, 16], safe_on = ["cpu"] }', "ROWS_PER_PROGRAM = [1, 2]\nBLOCK_Q = [1]", "tunables.BLOCK_Q: kernel.py has no module-level constant"),
         ("[tolerance.float16]\nrtol = 2e-3", "[tolerance.float16]\nrtol = -1.0", "tolerance.float16.rtol: expected a finite number >= 0"),
         ('name = "decode"\nM = 4\nN = 4096', 'name = "decode"\nM = 4', "workload[0].N: missing"),
         ("[kwargs]\neps = 1e-6", "[kwargs]\nepsilon = 1e-6", "kwargs.epsilon: rms_norm has no such parameter"),

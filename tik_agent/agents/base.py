@@ -111,6 +111,9 @@ class AgentContext:
     # pyparse.source_key of every source already proposed in the run (from any parent) and
     # of every lineage kernel: proposing one of these again wastes an attempt.
     seen_sources: frozenset[str] = frozenset()
+    # Tunable values not known to keep bits on this device (a GPU's thread layout can
+    # change a reduction's tree): worth a try, with the evaluator's parity check deciding.
+    unproven: Mapping[str, Sequence[object]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.entry.isidentifier():
@@ -126,6 +129,7 @@ class AgentContext:
                 raise ValueError(f"AgentContext.tunables[{name!r}]: must be a non-empty list")
         # Freeze the containers so that a context shared between threads stays put.
         object.__setattr__(self, "tunables", {k: tuple(v) for k, v in self.tunables.items()})
+        object.__setattr__(self, "unproven", {k: tuple(v) for k, v in self.unproven.items()})
         object.__setattr__(self, "timing_table", tuple(self.timing_table))
         object.__setattr__(self, "recent", tuple(self.recent))
         object.__setattr__(self, "seen_sources", frozenset(self.seen_sources))

@@ -85,12 +85,14 @@ def make_agent(
         common["max_output_tokens"] = max_output_tokens
 
     if kind == "anthropic":
+        _require_sdk("anthropic")
         from tik_agent.agents import anthropic_agent
 
         url = base_url or environ.get("ANTHROPIC_BASE_URL") or anthropic_agent.DEFAULT_BASE_URL
         chosen = model or anthropic_agent.DEFAULT_MODEL
         agent = anthropic_agent.AnthropicAgent(api_key=anthropic_key, model=chosen, base_url=url, **common)
     else:
+        _require_sdk("openai")
         from tik_agent.agents import openai_agent
 
         url = base_url or environ.get("OPENAI_BASE_URL") or openai_agent.DEFAULT_BASE_URL
@@ -102,6 +104,15 @@ def make_agent(
     if prices.price_of(chosen) is None:
         why += f"; no price for {chosen} in {prices.source}, cost unknown"
     return agent, f"agent: {kind}, model {chosen} at {display_url(url)} [{why}]"
+
+
+def _require_sdk(name: str) -> None:
+    """A one-line usage error instead of an ImportError deep in the agent module."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise UsageError(f"--agent {name} needs the {name} package: pip install 'tik-agent[llm]' "
+                         f"(or use --agent offline)")
 
 
 def display_url(url: str) -> str:

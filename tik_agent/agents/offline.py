@@ -39,6 +39,7 @@ from tik_agent.agents.source_edits import (
     constant_slots,
     launch_keyword_slots,
     launch_option_names,
+    dot_kernels,
     looping_kernels,
 )
 
@@ -66,6 +67,7 @@ class Change:
     old: object
     new: object
     launch_only: bool = False  # only sets a launch option (num_warps, num_stages, ...)
+    unproven: bool = False     # not known to keep bits on this device
 
     def describe(self) -> str:
         old = "default" if self.old is None else repr(self.old)
@@ -95,11 +97,11 @@ class OfflineAgent:
     def propose(self, context: AgentContext) -> Proposal:
         prompt = f"offline agent: parent {context.parent_id}, attempt {context.attempt_index}"
         try:
-            moves = candidate_moves(context.parent_source, context.tunables)
+            moves = candidate_moves(context.parent_source, context.tunables, context.unproven)
         except SyntaxError as err:
             error = f"offline agent: parent {context.parent_id} does not parse: line {err.lineno}: {err.msg}"
             return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
-        history = History.from_feedback(context, [*context.tunables, "num_stages"])
+        history = History.from_feedback(context, [*context.tunables, *context.unproven, "num_stages"])
         fresh = [m for m in moves if m.key not in history.tried_here
                  and pyparse.source_key(apply_edits(context.parent_source, m.edits)) not in context.seen_sources]
         if not fresh:
@@ -130,32 +132,48 @@ class OfflineAgent:
         return Proposal(source, rationale, Usage(0, 0, 0.0), prompt, rationale)
 
 
-def candidate_moves(source: str, tunables: Mapping[str, Sequence[object]]) -> list[Move]:
-    """Every single and paired tunable change, and the num_stages rewrite where it applies."""
+def candidate_moves(source: str, tunables: Mapping[str, Sequence[object]],
+                    unproven: Mapping[str, Sequence[object]] | None = None) -> list[Move]:
+    """Every single and paired tunable change, and the num_stages rewrite where it applies.
+
+    ``unproven`` values (not known to keep bits on this device) make moves too, marked so
+    that the ranking tries them after the known-safe ones."""
+    unproven = unproven or {}
+    names = {**{k: list(v) for k, v in tunables.items()}}
+    for k, v in unproven.items():
+        names.setdefault(k, []).extend(x for x in v if x not in names[k])
     index = SourceIndex(source)
-    slots = constant_slots(index, tunables)
-    launch_only = launch_option_names(index, tunables)
+    slots = constant_slots(index, names)
+    launch_only = launch_option_names(index, names)
     singles: list[tuple[Change, Edit]] = []
-    for name, values in tunables.items():
+    for name, values in names.items():
         slot = slots.get(name)
         if slot is None:
             log.debug("offline: tunable %s has no literal module-level assignment in the parent", name)
             continue
         for value in values:
             if value != slot.value:
-                singles.append((Change(name, slot.value, value, name in launch_only), Edit(slot, value)))
+                doubt = value in unproven.get(name, ()) and value not in tunables.get(name, ())
+                singles.append((Change(name, slot.value, value, name in launch_only, doubt), Edit(slot, value)))
 
-    why = "Tunables listed in the spec leave each row's reduction order alone."
-    moves = [Move((c,), (e,), why) for c, e in singles]
+    def why(changes) -> str:
+        if any(c.unproven for c in changes):
+            return ("Not known to keep bits on this device (the thread layout can change a reduction's tree); "
+                    "the parity check decides.")
+        return "Tunables listed in the spec leave each row's reduction order alone."
+
+    moves = [Move((c,), (e,), why((c,))) for c, e in singles]
     for (c1, e1), (c2, e2) in combinations(singles, 2):
         if c1.name != c2.name:
-            moves.append(Move((c1, c2), (e1, e2), why))
+            moves.append(Move((c1, c2), (e1, e2), why((c1, c2))))
     moves.extend(_num_stages_moves(index))
     return moves
 
 
 def _num_stages_moves(index: SourceIndex) -> list[Move]:
-    slots = launch_keyword_slots(index, looping_kernels(index), "num_stages")
+    # Only loops that feed a tl.dot have loads to pipeline: for rmsnorm and logprobs the
+    # compiled code is the same at every num_stages, so proposing it wastes evaluations.
+    slots = launch_keyword_slots(index, looping_kernels(index) & dot_kernels(index), "num_stages")
     if not slots:
         return []
     current = {s.value for s in slots}
@@ -207,6 +225,8 @@ class History:
             total += self.direction[(change.name, _sign(change))]
             if change.launch_only and interpreter:
                 total -= 1.5  # the interpreter ignores launch options: no speedup to find there
+            if change.unproven:
+                total -= 1.0  # known-safe values first; a probe on this device would settle it
         return total
 
 

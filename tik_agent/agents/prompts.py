@@ -124,6 +124,7 @@ def template_variables(context: AgentContext) -> dict[str, object]:
         "entry": context.entry,
         "seed_name": context.seed_name,
         "tunables": dict(context.tunables),
+        "unproven": dict(context.unproven),
         "seed_source": context.seed_source,
         "parent_id": context.parent_id,
         "parent_is_seed": context.parent_source.strip() == context.seed_source.strip(),

@@ -118,6 +118,22 @@ def looping_kernels(index: SourceIndex) -> set[str]:
     return names
 
 
+def dot_kernels(index: SourceIndex) -> set[str]:
+    """Names of module-level ``@*.jit`` functions that call ``tl.dot`` (or ``dot``): the only
+    loads a software pipeline (``num_stages``) changes anything for."""
+    names = set()
+    for node in index.tree.body:
+        if not isinstance(node, ast.FunctionDef) or not any(is_jit_decorator(d) for d in node.decorator_list):
+            continue
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call):
+                f = call.func
+                if (isinstance(f, ast.Attribute) and f.attr == "dot") or (isinstance(f, ast.Name) and f.id == "dot"):
+                    names.add(node.name)
+                    break
+    return names
+
+
 # Launch options that tune how the compiled program runs on a GPU, never what it computes.
 LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
 

@@ -70,6 +70,32 @@ def environment(device: str) -> dict:
     return env
 
 
+def probe_environment(device: str, in_child: bool | None = None) -> dict:
+    """:func:`environment`, read in a short child process on cuda (``in_child``).
+
+    Reading the device's properties initialises CUDA in the reading process; the
+    optimiser's parent runs no kernel and keeps no CUDA state, so it asks a child.
+    """
+    if not (device == "cuda" if in_child is None else in_child):
+        return environment(device)
+    import json
+    import subprocess
+
+    import tik_agent
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tik_agent.__file__)))
+    code = (f"import sys, json; sys.path.insert(0, {root!r}); "
+            f"from tik_agent.backends.device import environment, prepare; prepare({device!r}); "
+            f"print(json.dumps(environment({device!r})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"--device {device}: reading the device's properties failed: {last}")
+    env = json.loads(done.stdout.strip().splitlines()[-1])
+    env["executable"] = sys.executable
+    return env
+
+
 def binding(env: dict) -> dict:
     """The fields a run refuses to change between resumes."""
     return {k: env.get(k) for k in ("device", "device_name", "driver", "cuda", "torch", "triton")}

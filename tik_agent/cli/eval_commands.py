@@ -36,7 +36,9 @@ def eval_candidate(
         raise UsageError(f"--timeout: must be positive (got {timeout:g})")
     spec = seeds.resolve(seed)
     check_sandbox(sandbox)
-    options = EvalOptions(device=devices.resolve(device), timeout_s=timeout, rounds=rounds, timing=not no_timing)
+    resolved = devices.resolve(device)
+    options = EvalOptions(device=resolved, timeout_s=timeout, rounds=rounds, timing=not no_timing,
+                          ceilings=resolved == "cuda")
     verdict = evaluate(spec, candidate, options)
     if as_json:
         say(json.dumps(verdict.to_dict(), indent=2))
@@ -51,13 +53,11 @@ def render(verdict, seed_name: str) -> None:
     if verdict.cases:
         say(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
     if verdict.timing:
-        table = Table(title=f"timing ({verdict.timer}), medians", title_justify="left")
-        for col in ("cell", "shape", "weight", "seed ms", "candidate ms", "speedup", "noise"):
-            table.add_column(col, justify="left" if col in ("cell", "shape") else "right")
-        for c in verdict.timing:
-            table.add_row(c["name"], c["shape"], f"{c['weight']:g}", f"{c['seed']['median_ms']:.2f}",
-                          f"{c['candidate']['median_ms']:.2f}", f"{c['speedup']:.3f}x", f"{c['noise']:.1%}")
-        emit(table)
+        emit(timing_table(verdict))
+        if verdict.ceilings:
+            c = verdict.ceilings
+            say(f"ceilings measured on this GPU: copy {c['copy_gbps']:.0f} GB/s, "
+                f"bf16 matmul {c['bf16_tflops']:.0f} TFLOP/s")
         say(f"workload-weighted speedup vs {seed_name}: {verdict.speedup:.3f}x (noise {verdict.noise:.1%})")
     if verdict.passed:
         say(("passed", "green"), f" in {verdict.seconds:.1f} s")
@@ -69,6 +69,31 @@ def render(verdict, seed_name: str) -> None:
                 f"got {mm['actual_bits']} ({mm['ulps']} ulp)")
         if verdict.worker_log:
             say(f"worker log (tail):\n{verdict.worker_log[-1500:]}")
+
+
+def timing_table(verdict) -> Table:
+    """Microseconds per cell; on a device timer also the launch overhead (kept out of the kernel
+    figure), the candidate's GB/s from the bytes its tensors move, and its share of the copy ceiling."""
+    device = any("device" in c for c in verdict.timing)
+    table = Table(title=f"timing ({verdict.timer}), medians", title_justify="left")
+    cols = ["cell", "shape", "weight", "seed us", "candidate us", "speedup", "noise"]
+    if device:
+        cols += ["launch us", "GB/s"] + (["% of copy"] if verdict.ceilings else [])
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("cell", "shape") else "right")
+    for c in verdict.timing:
+        cand_us = c["candidate"]["median_ms"] * 1e3
+        row = [c["name"], c["shape"], f"{c['weight']:g}", f"{c['seed']['median_ms'] * 1e3:.1f}", f"{cand_us:.1f}",
+               f"{c['speedup']:.3f}x", f"{c['noise']:.1%}"]
+        if device:
+            d = c.get("device", {})
+            launch = d.get("launch_overhead_us", {}).get("candidate")
+            gbps = d["bytes"] / (cand_us * 1e3) if d.get("bytes") and cand_us > 0 else None
+            row += [f"{launch:.1f}" if launch is not None else "-", f"{gbps:.0f}" if gbps is not None else "-"]
+            if verdict.ceilings:
+                row.append(f"{gbps / verdict.ceilings['copy_gbps']:.0%}" if gbps is not None else "-")
+        table.add_row(*row)
+    return table
 
 
 def register(app: typer.Typer, cls: type) -> None:

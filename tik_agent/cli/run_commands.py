@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from pathlib import Path
 
 import typer
@@ -47,6 +48,8 @@ def optimize(
     prices: Path = typer.Option(None, metavar="FILE",
                                 help="A TOML price table (USD per million tokens) replacing the bundled one."),
     sandbox: str = typer.Option(None, "--sandbox", metavar="MODE", help=SANDBOX_HELP + "  [default: auto]"),
+    probes: Path = typer.Option(None, metavar="FILE", help="probes.json from scripts/gpu-check.sh on this device: "
+                                "which tunable values keep bits here (the offline agent's priors)."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
@@ -83,13 +86,21 @@ def optimize(
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
     mode = sandbox or config.sandbox.get("mode") or "auto"
     config = dataclasses.replace(config, sandbox={"mode": mode, **check_sandbox(mode).to_dict()})
-    if config.device == "cuda" and config.workers > 1:
-        logging.getLogger("tik_agent").warning(
-            "--workers %d on cuda: evaluations are not yet pinned to separate GPUs; using 1", config.workers)
-        config = config.extended(limits={}, workers=1)
+    if config.device == "cuda":  # one evaluation per GPU: refuse more workers than GPUs before creating anything
+        import os
+
+        from tik_agent.search.executor import assign_gpus, torch_device_count, visible_devices
+
+        assign_gpus(config.workers, visible_devices(os.environ, torch_device_count))
+    if probes is not None:
+        from tik_agent.spec.tunables import load_probes
+
+        load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
     say("run directory: ", (str(path), "bold"))
     logging.getLogger("tik_agent").info("%s", explanation)
     session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
+    if probes is not None:
+        shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
     try:
         optimizer = Optimizer(session, the_agent)
         with stop_on_signals(optimizer):
@@ -155,7 +166,7 @@ def _new_config(path: Path, spec, agent, given: dict, limits: dict, workers: int
         model=agent.model, base_url=given["base_url"], rng_seed=given["rng_seed"] or 0, device=device,
         rounds=given["rounds"] or 5, warmup=1, eval_timeout_s=given["eval_timeout_s"] or None,
         workers=workers or 1, limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
-        binding=devices.binding(devices.environment(device)), created=utc_now())
+        binding=devices.binding(devices.probe_environment(device)), created=utc_now())
 
 
 def _print_summary(path: Path, s: RunSummary) -> None:

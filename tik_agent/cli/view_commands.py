@@ -131,12 +131,12 @@ def show(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.")
         say(f"commit {commit}  " + ", ".join(f"{k}: {v}" for k, v in trailers.items()))
         text = lin.file_at(commit, KERNEL_FILE)
         report = _loads(lin.file_at(commit, EVALUATION_FILE), f"{EVALUATION_FILE} of {commit[:12]}")
-        parent = lin.repo.commit(commit).parents
+        parent = lin.parents(commit)
         diff, promoted = None, True
         if parent:
             from tik_agent.search.briefing import source_diff
 
-            diff = source_diff(lin.file_at(parent[0].hexsha, KERNEL_FILE), text, parent[0].hexsha[:10], commit[:10])
+            diff = source_diff(lin.file_at(parent[0], KERNEL_FILE), text, parent[0][:10], commit[:10])
     if text is not None:
         source(text)
     if report is not None:

@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 RESULT_LIMIT_BYTES = 16 * 1024**2
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
+# scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
+TRITON_CACHE = "triton-cache"
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
 
 
@@ -71,6 +74,14 @@ class EvalOptions:
     timing: bool = True
     memory_bytes: int | None = 16 * 1024**3
     keep_workdir: bool = False
+    # Set by an executor, never by a user: the worker's CUDA_VISIBLE_DEVICES (one entry of
+    # the parent's own list), a Triton cache directory copied into the worker's cache
+    # before it starts, and where to keep the worker's cache after a clean run (only for
+    # evaluations that run nothing but the trusted seed).
+    cuda_device: str | None = None
+    warm_cache: str | None = None
+    save_cache: str | None = None
+    ceilings: bool = False  # on cuda, also measure the device's copy and matmul ceilings (eval)
 
     def __post_init__(self):
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -101,7 +112,7 @@ class Reference:
     def load(cls, path: Path) -> "Reference":
         import torch
 
-        d = torch.load(path, weights_only=True)
+        d = torch.load(path, weights_only=True, map_location="cpu")
         return cls(d["outputs"], d["environment"], d["seed_sha256"], [Case.from_dict(c) for c in d["cases"]],
                    dict(d.get("phase_seconds", {})))
 
@@ -134,6 +145,13 @@ class _Sandbox:
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
+        if options.cuda_device is not None:
+            extra["CUDA_VISIBLE_DEVICES"] = options.cuda_device
+        cache = self.dir / TRITON_CACHE
+        if options.warm_cache is not None and Path(options.warm_cache).is_dir():
+            # A fresh copy per evaluation: whatever a candidate writes into its cache
+            # dies with its sandbox and never reaches the seed's binaries elsewhere.
+            shutil.copytree(options.warm_cache, cache, dirs_exist_ok=True)
         wall = options.timeout_s or watch.total() or UNMEASURED_S
         limits = SandboxLimits(
             wall_seconds=wall,
@@ -146,6 +164,8 @@ class _Sandbox:
         proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
                              private=(REQUEST_FILE,))
         watch.finish()
+        if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
+            _replace_tree(cache, Path(options.save_cache))
         return from_worker(proc)
 
     def result(self) -> dict | None:
@@ -163,7 +183,8 @@ class _Sandbox:
         with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
             if handle is None:
                 return {"cases": {}}
-            return from_worker(torch.load(handle, weights_only=True))
+            # onto the CPU: the parent never needs a CUDA context for a worker's outputs
+            return from_worker(torch.load(handle, weights_only=True, map_location="cpu"))
 
     def close(self) -> None:
         if not self.keep:
@@ -176,6 +197,18 @@ def from_worker(value):
     if isinstance(value, SandboxResult):
         return dataclasses.replace(value, stdout=scrub_text(value.stdout), stderr=scrub_text(value.stderr))
     return scrub_worker_data(value)
+
+
+def _replace_tree(source: Path, dest: Path) -> None:
+    """Copy ``source`` to ``dest`` so that readers see the old tree or the new one, never half."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) -> dict:
@@ -321,7 +354,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         if parent is not None:
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
         if plan is not None:
-            extra["timing"] = plan.to_request()
+            extra["timing"] = dict(plan.to_request(), ceilings=options.ceilings)
         watch = box.watch(_phase_limits(options, reference, seed_times, len(kernels)),
                           f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
         proc = box.run(_request("candidate", kernel, options.device, cases, **extra), options, watch)
@@ -378,6 +411,12 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
     cells = _cells(spec, device, timing["samples"])
     verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
                       timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)
+    details = timing.get("cells", {})
+    for row in verdict.timing:  # the device timer's per-cell record: bytes, calls, launch overhead, clocks
+        if row["name"] in details:
+            row["device"] = details[row["name"]]
+    if timing.get("ceilings"):
+        verdict.ceilings = timing["ceilings"]
     if all(c.parent is not None for c in cells):
         verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
         weights = {c.name: c.weight for c in cells}

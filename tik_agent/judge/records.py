@@ -46,6 +46,7 @@ class Verdict:
     # Which OS isolation the candidate's worker ran under: {"level", "mechanism",
     # "layers"} (see tik_agent.sandbox.isolation); None when nothing ran.
     isolation: dict | None = None
+    ceilings: dict | None = None           # the device's measured copy GB/s and matmul TFLOP/s (eval on cuda)
 
     @property
     def passed(self) -> bool:
@@ -78,6 +79,7 @@ class Verdict:
             "seconds": self.seconds,
             "worker_log": self.worker_log,
             "isolation": self.isolation,
+            "ceilings": self.ceilings,
         }
 
     @classmethod
@@ -91,6 +93,6 @@ class Verdict:
             cases=list(d["cases"]), first_mismatch=d["first_mismatch"], timing=list(d["timing"]),
             static_violations=list(d["static_violations"]), environment=dict(d["environment"]),
             candidate_sha256=d["candidate_sha256"], seed_sha256=d["seed_sha256"],
-            seconds=float(d["seconds"]), worker_log=d.get("worker_log"),
+            seconds=float(d["seconds"]), worker_log=d.get("worker_log"), ceilings=d.get("ceilings"),
             isolation=dict(d["isolation"]) if d.get("isolation") else None,
         )

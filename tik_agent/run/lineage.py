@@ -18,6 +18,10 @@ Layout (a contract with ``tik-agent export``):
 adds the writes the optimisation loop makes.  Commits are built with plumbing
 (a private index file, ``commit-tree``, ``update-ref``) so that no half-made
 commit is ever visible: a commit exists for the loop once its tag exists.
+
+Everything goes through the ``git`` binary (:mod:`tik_agent.run.gitcmd`), not
+GitPython: GPU node images ship neither GitPython nor a registry to fetch it
+from, and GitPython needs the binary anyway.
 """
 
 from __future__ import annotations
@@ -29,9 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-
 from tik_agent.errors import UsageError
+from tik_agent.run.gitcmd import GitError, GitRepo
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +45,7 @@ SPEC_FILE = "spec.toml"
 REFERENCE_FILE = "reference.py"
 EVALUATION_FILE = "evaluation.json"
 EXCLUDED = ("/attempts/", "/journal.jsonl", "/summary.json", "/run.json", "/reference.pt",
-            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp")
-IDENTITY = {"GIT_AUTHOR_NAME": "tik-agent", "GIT_AUTHOR_EMAIL": "tik-agent@localhost",
-            "GIT_COMMITTER_NAME": "tik-agent", "GIT_COMMITTER_EMAIL": "tik-agent@localhost"}
+            "/reference.tmp", "/report/", "/run.lock", "/.*.tmp", "/triton-cache/", "/.triton-cache.*", "/probes.json")
 _ATTEMPT_TAG = re.compile(r"a\d{4,}")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 
@@ -84,19 +85,16 @@ class AcceptedKernel:
 class Lineage:
     """Read access to a run's lineage."""
 
-    def __init__(self, path: Path, repo: git.Repo):
+    def __init__(self, path: Path):
         self.path = Path(path).resolve()  # git runs in the run directory: no relative paths
-        self.repo = repo
+        self.repo = GitRepo(self.path)
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
     def _tag_commit(self, name: str) -> str | None:
-        try:
-            return self.repo.tags[name].commit.hexsha
-        except (IndexError, ValueError):
-            return None
+        return self.repo.rev(f"refs/tags/{name}")
 
     def has_root(self) -> bool:
         return self._tag_commit(SEED_TAG) is not None
@@ -108,18 +106,21 @@ class Lineage:
         return commit
 
     def best_commit(self) -> str:
-        return self.repo.heads[BRANCH].commit.hexsha
+        commit = self.repo.rev(f"refs/heads/{BRANCH}")
+        if commit is None:
+            raise UsageError(f"{self.path}: branch {BRANCH} does not exist")
+        return commit
 
     def accepted(self) -> list[AcceptedKernel]:
         out = []
-        for tag in self.repo.tags:
-            if not _ATTEMPT_TAG.fullmatch(tag.name):
+        for name, commit in self.repo.tags().items():
+            if not _ATTEMPT_TAG.fullmatch(name):
                 continue
-            commit = tag.commit
-            t = parse_trailers(commit.message)
+            t = parse_trailers(self.repo.message(commit))
+            parent = t.get("Parent-Commit") or self.parents(commit)[0]
             out.append(AcceptedKernel(
-                commit=commit.hexsha, parent_commit=t.get("Parent-Commit", commit.parents[0].hexsha),
-                attempt_id=t.get("Attempt-Id", tag.name), speedup_vs_seed=_float(t.get("Speedup-Vs-Seed")) or 0.0,
+                commit=commit, parent_commit=parent, attempt_id=t.get("Attempt-Id", name),
+                speedup_vs_seed=_float(t.get("Speedup-Vs-Seed")) or 0.0,
                 speedup_vs_parent=_float(t.get("Speedup-Vs-Parent")), trailers=t))
         return sorted(out, key=lambda k: k.attempt_id)
 
@@ -129,30 +130,33 @@ class Lineage:
     def speedup_of(self, commit: str) -> float:
         if commit == self.root_commit():
             return 1.0
-        return _float(parse_trailers(self.repo.commit(commit).message).get("Speedup-Vs-Seed")) or 0.0
+        return _float(parse_trailers(self.repo.message(commit)).get("Speedup-Vs-Seed")) or 0.0
 
     def trailers(self, commit: str) -> dict[str, str]:
-        return parse_trailers(self.repo.commit(commit).message)
+        return parse_trailers(self.repo.message(commit))
+
+    def parents(self, commit: str) -> list[str]:
+        return self.repo.parents(commit)
+
+    def committed_at(self, commit: str) -> int:
+        """The commit's committer time, seconds since the epoch."""
+        return self.repo.committed_at(commit)
 
     def commits(self) -> set[str]:
         return {self.root_commit()} | {k.commit for k in self.accepted()}
 
     def resolve(self, ref: str) -> str:
         """A commit of the lineage from a tag (``seed``, ``a0007``), ``main`` or a hex prefix."""
-        try:
-            sha = self.repo.commit(ref).hexsha
-        except (git.BadName, git.BadObject, ValueError):
-            sha = None
+        sha = self.repo.rev(ref) if ref and not ref.startswith("-") else None
         if sha is None or sha not in self.commits():
             raise UsageError(f"{ref}: not a commit of the lineage of {self.path}")
         return sha
 
     def file_at(self, commit: str, path: str) -> str:
-        try:
-            blob = self.repo.commit(commit).tree / path
-        except (KeyError, git.BadName, ValueError):
-            raise UsageError(f"{path}: not in commit {commit[:12]} of {self.path}") from None
-        return blob.data_stream.read().decode()
+        data = self.repo.blob(commit, path)
+        if data is None:
+            raise UsageError(f"{path}: not in commit {commit[:12]} of {self.path}")
+        return data.decode()
 
 
 def open_run(path: Path | str) -> Lineage:
@@ -160,10 +164,9 @@ def open_run(path: Path | str) -> Lineage:
     path = Path(path)
     if not (path / "run.json").is_file() or not (path / ".git").is_dir():
         raise UsageError(f"{path}: not a tik-agent run")
-    try:
-        lineage = Lineage(path, git.Repo(path))
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UsageError(f"{path}: not a tik-agent run") from None
+    lineage = Lineage(path)
+    if not lineage.repo.is_repository():
+        raise UsageError(f"{path}: not a tik-agent run")
     if not lineage.has_root():
         raise UsageError(f"{path}: not a tik-agent run (its seed commit was never made)")
     return lineage
@@ -176,13 +179,15 @@ class LineageWriter(Lineage):
     def init(cls, path: Path) -> "LineageWriter":
         """Create (or reopen, after a crash during creation) the repository."""
         path = Path(path)
-        repo = git.Repo(path) if (path / ".git").is_dir() else git.Repo.init(path, initial_branch=BRANCH)
-        with repo.config_writer() as cw:
-            cw.set_value("core", "fsync", "committed,index")
+        path.mkdir(parents=True, exist_ok=True)
+        writer = cls(path)
+        if not (path / ".git").is_dir():
+            writer.repo.run("init", "--quiet", f"--initial-branch={BRANCH}")
+        writer.repo.run("config", "core.fsync", "committed,index")
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         exclude.write_text("# tik-agent run files that are not lineage\n" + "\n".join(EXCLUDED) + "\n")
-        return cls(path, repo)
+        return writer
 
     def clear_stale_locks(self) -> None:
         """Remove lock files a killed git left behind (call only while holding the run lock)."""
@@ -196,14 +201,14 @@ class LineageWriter(Lineage):
             index.unlink()
 
     def _git(self, *args: str, env: dict | None = None) -> str:
-        return self.repo.git.execute(["git", *args], env={**IDENTITY, **(env or {})})
+        return self.repo.run(*args, env=env)
 
     def commit_root(self, files: list[str], message: str) -> str:
         """Commit the seed's files (already in the working tree) as the root, tag it ``seed``."""
-        if not self.repo.head.is_valid():
+        if self.repo.rev("HEAD") is None:
             self._git("add", "--", *files)
             self._git("commit", "--quiet", "--no-verify", "-m", message)
-        sha = self.repo.head.commit.hexsha
+        sha = self.repo.rev("HEAD")
         if not self.has_root():
             self._git("tag", SEED_TAG, sha)
         return sha
@@ -261,7 +266,7 @@ class LineageWriter(Lineage):
         dirty = [ln[3:] for ln in self._git("status", "--porcelain", "--untracked-files=no").splitlines()]
         if not foreign and not dirty:
             return None
-        tip = self.repo.head.commit.hexsha
+        tip = self.repo.rev("HEAD")
         if dirty:
             index = self.path / ".git" / f"tik-index-keep-{os.getpid()}"
             env = {"GIT_INDEX_FILE": str(index)}
@@ -275,7 +280,7 @@ class LineageWriter(Lineage):
         branch = self._free_branch(time.strftime("kept/%Y%m%d-%H%M%S"))
         self._git("update-ref", f"refs/heads/{branch}", tip)
         branches = [branch]
-        main = self.repo.heads[BRANCH].commit.hexsha if self._valid(f"refs/heads/{BRANCH}") else None
+        main = self.repo.rev(f"refs/heads/{BRANCH}")
         if main is not None and main not in known and not self._is_ancestor(main, tip):
             # HEAD was elsewhere while main got commits of its own: keep those too.
             branches.append(self._free_branch(f"{branch}-main"))
@@ -292,19 +297,16 @@ class LineageWriter(Lineage):
         try:
             self._git("merge-base", "--is-ancestor", commit, of)
             return True
-        except git.GitCommandError:
+        except GitError:
             return False
 
     def _valid(self, ref: str) -> bool:
-        try:
-            self.repo.commit(ref)
-            return True
-        except (git.BadName, ValueError):
-            return False
+        return self.repo.rev(ref) is not None
 
     def _free_branch(self, name: str) -> str:
         candidate, n = name, 1
-        while candidate in {h.name for h in self.repo.heads}:
+        heads = set(self._git("for-each-ref", "--format=%(refname:strip=2)", "refs/heads").splitlines())
+        while candidate in heads:
             n += 1
             candidate = f"{name}-{n}"
         return candidate

@@ -15,6 +15,7 @@ Finally ``main`` is pointed at the best kernel and checked out.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -23,7 +24,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
 
 from tik_agent.backends import device as devices
 from tik_agent.spec.cases import evaluation_cases
@@ -39,6 +39,11 @@ from tik_agent.spec.schema import KernelSpec, load_spec
 log = logging.getLogger(__name__)
 
 REFERENCE_CACHE = "reference.pt"
+# The Triton cache of the seed's own audit (trusted code only), copied fresh into every
+# cuda worker so that no sandbox starts by recompiling the seed.
+WARM_CACHE = "triton-cache"
+# Bit probes of the seed's tunables on this run's device (from scripts/gpu-check.sh), if given.
+PROBES_FILE = "probes.json"
 LOCK_FILE = "run.lock"
 SEED_SNAPSHOT = Path(".git") / "tik-seed"  # the root commit's files, for this session's evaluations
 
@@ -97,11 +102,9 @@ def create(path: Path, config: RunConfig) -> Session:
 
 def _discard_unborn(path: Path, keep_dir: bool) -> None:
     """Remove a run directory whose seed commit was never made (what ``create`` put there)."""
-    try:
-        if LineageWriter(path, git.Repo(path)).has_root():
-            return
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        pass
+    writer = LineageWriter(path)
+    if path.is_dir() and writer.repo.is_repository() and writer.has_root():
+        return
     if keep_dir:
         for child in path.iterdir():
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
@@ -113,7 +116,7 @@ def reopen(path: Path, config: RunConfig) -> Session:
     """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended)."""
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
-    config.check_binding(devices.binding(devices.environment(config.device)))
+    config.check_binding(devices.binding(devices.probe_environment(config.device)))
     return _open(path, config)
 
 
@@ -223,6 +226,8 @@ def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions) -> Referen
 def _commit_root(lineage: LineageWriter, spec: KernelSpec, reference: Reference, options: EvalOptions,
                  config: RunConfig) -> None:
     log.info("auditing the seed: parity baseline and timings")
+    if options.device == "cuda":
+        options = dataclasses.replace(options, save_cache=str(lineage.path / WARM_CACHE))
     audit = evaluate(spec, spec.source, options, reference=reference)
     if not audit.timing:
         raise UsageError(f"{spec.source}: the seed's own audit failed: {audit.reason}")
@@ -276,4 +281,4 @@ def restored_record(session: Session, commit: str) -> AttemptRecord:
         rationale=session.store.read(attempt, "rationale.txt") or "",
         input_tokens=int(t.get("Tokens-Input", 0)), output_tokens=int(t.get("Tokens-Output", 0)),
         agent=t.get("Agent", ""), model=None if t.get("Model") in (None, "none") else t["Model"],
-        finished_at=lineage.repo.commit(commit).committed_date, restored=True)
+        finished_at=lineage.committed_at(commit), restored=True)

@@ -140,6 +140,10 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
             kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
             result["timing"] = time_kernels(spec, device, kernels, timing, progress)
+            if device == "cuda" and timing.get("ceilings"):  # eval only: the device's copy and matmul ceilings
+                from tik_agent.backends.device_timing import measure_ceilings
+
+                result["timing"]["ceilings"] = measure_ceilings()
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))

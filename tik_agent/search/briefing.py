@@ -17,7 +17,8 @@ from tik_agent.agents.base import AgentContext, AttemptFeedback
 from tik_agent.search.frontier import Member
 from tik_agent.run.journal import AttemptRecord
 from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE
-from tik_agent.run.rundir import Session
+from tik_agent.run.rundir import PROBES_FILE, Session
+from tik_agent.spec.tunables import load_probes, split_for_device
 
 RECENT_OTHERS = 12   # attempts from other parents shown to the agent
 # Outcomes the agent protocol has no name for, and the nearest one it has.
@@ -45,6 +46,10 @@ class Briefing:
         self._feedback: dict[str, AttemptFeedback] = {}
         self._spec_text = session.spec.spec_path.read_text()
         self._seed_source = session.spec.source.read_text()
+        probes_file = session.path / PROBES_FILE
+        probes = load_probes(probes_file, session.config.device) if probes_file.is_file() else None
+        # On this device: values known to keep bits, and values only the parity check can judge.
+        self._tunables, self._unproven = split_for_device(session.spec, session.config.device, probes)
 
     def kernel(self, commit: str) -> tuple[str, list[dict]]:
         """A lineage kernel's source and its timing table (seed and kernel medians per cell)."""
@@ -66,7 +71,8 @@ class Briefing:
         others = [r for r in records if r.parent_commit != parent.commit][-RECENT_OTHERS:]
         chosen = sorted(mine + others, key=lambda r: r.index)
         return AgentContext(
-            spec_text=self._spec_text, entry=spec.entry, seed_name=spec.name, tunables=spec.tunables,
+            spec_text=self._spec_text, entry=spec.entry, seed_name=spec.name, tunables=self._tunables,
+            unproven=self._unproven,
             seed_source=self._seed_source, parent_id=parent.name, parent_source=source,
             parent_speedup=parent.speedup, timing_table=table, recent=[self.feedback(r) for r in chosen],
             device=str(self.s.environment.get("device_name", config.device)), rng_seed=config.rng_seed,

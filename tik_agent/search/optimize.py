@@ -1,6 +1,7 @@
 """The loop: choose a parent, propose, evaluate, promote, until a budget says stop.
 
-``workers + 1`` attempt threads share ``workers`` evaluation slots.  When
+``workers + 1`` attempt threads share ``workers`` evaluation slots, handed out by
+an executor (:mod:`tik_agent.search.executor`: on cuda, one slot per GPU).  When
 proposals are slow (an LLM's minute of thinking) the extra thread prepares the
 next proposal while the slots evaluate; when they are quick (the offline
 agent) an attempt takes its slot first, so that its parent and its feedback
@@ -31,14 +32,14 @@ from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Gauge, Spend, StopReason, gauges, stop_reason
-from tik_agent.judge.evaluate import evaluate
+from tik_agent.search.executor import Executor, LocalExecutor, Slot
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
 from tik_agent.run.lineage import SEED_TAG, format_trailers
 from tik_agent.judge.records import Verdict
 from tik_agent.run.runconfig import utc_now
-from tik_agent.run.rundir import Session
+from tik_agent.run.rundir import WARM_CACHE, Session
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,16 @@ class Snapshot:
 
 
 class Optimizer:
-    def __init__(self, session: Session, agent: Agent):
+    def __init__(self, session: Session, agent: Agent, executor: Executor | None = None):
         self.s = session
         self.agent = agent
         cfg = session.config
+        if executor is None:
+            warm = session.path / WARM_CACHE
+            executor = LocalExecutor(cfg.device, cfg.workers, warm_cache=warm if warm.is_dir() else None)
+        self.executor = executor
         self._cond = threading.Condition()
         self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
-        self._slots = threading.Semaphore(cfg.workers)
         self._interrupted = threading.Event()
         self._stop: StopReason | None = None
         self._in_flight: dict[str, Ticket] = {}
@@ -263,12 +267,11 @@ class Optimizer:
         """Parent, proposal, evaluation, promotion.  When proposals are quick (the offline
         agent) the evaluation slot is taken first, so that the parent and the feedback are
         chosen with every earlier result known; slow proposals (an LLM) overlap evaluations."""
-        holding = False
+        slot: Slot | None = None
         try:
             if not self._slow_proposals():
                 ticket.enter("waiting")
-                self._slots.acquire()
-                holding = True
+                slot = self.executor.acquire()
             self._check()
             with self._cond:
                 ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
@@ -279,11 +282,10 @@ class Optimizer:
             record, candidate, parent_file = self._propose(ticket)
             if candidate is None:
                 return self._complete(ticket, record)
-            if not holding:
+            if slot is None:
                 ticket.enter("waiting")
-                self._slots.acquire()
-                holding = True
-            verdict = self._evaluate(ticket, record, candidate, parent_file)
+                slot = self.executor.acquire()
+            verdict = self._evaluate(ticket, record, candidate, parent_file, slot)
             if record.outcome is AttemptOutcome.ACCEPTED:
                 self._promote(ticket, record, verdict, candidate)
             else:
@@ -291,8 +293,8 @@ class Optimizer:
         finally:
             # Released only once the result is known to the frontier and the journal,
             # so that the next attempt to take this slot sees it.
-            if holding:
-                self._slots.release()
+            if slot is not None:
+                self.executor.release(slot)
 
     def _slow_proposals(self) -> bool:
         with self._cond:
@@ -355,19 +357,21 @@ class Optimizer:
             text += f", {done.speedup:.3f}x the seed"
         return text
 
-    def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path) -> Verdict:
-        """The first evaluation, and the confirming one when the first is promising."""
+    def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path,
+                  slot: Slot) -> Verdict:
+        """The first evaluation, and the confirming one when the first is promising, in one slot
+        (one GPU): a candidate's speedup over its parent is never measured across devices."""
         s, aid, floor = self.s, ticket.attempt_id, self.s.config.search.noise_floor
         self._check()
         ticket.enter("evaluating")
         e0 = time.time()
-        verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
         self._check()
         s.store.write_json(aid, "report.json", verdict.to_dict())
         decision = promotion.screen(verdict, floor)
         if decision.outcome is None:
             ticket.enter("confirming")
-            verdict = evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
             self._check()
             s.store.write_json(aid, "confirm.json", verdict.to_dict())
             decision = promotion.confirm(verdict, floor)

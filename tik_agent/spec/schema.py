@@ -48,7 +48,9 @@ error names the file, the field and the offending value.  The schema::
     devices = ["cpu", "cuda"]         # optional: the interpreter needs small cells
 
     [tunables]                        # module-level constants of kernel.py that
-    ROWS_PER_PROGRAM = [1, 2, 4, 8]   # leave each row's reduction order alone
+    GROUP_M = [1, 4, 8]               # leave each row's reduction order alone
+    NUM_WARPS = { values = [2, 4, 8], safe_on = ["cpu"] }   # elsewhere: unproven
+                                      # (see tik_agent/spec/tunables.py)
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class KernelSpec:
     tolerances: Mapping[str, Tolerance]
     workload: tuple[WorkloadCell, ...]
     tunables: Mapping[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    # name -> devices where its values are known to keep bits; absent: every device
+    tunables_safe_on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def spec_path(self) -> Path:
@@ -313,13 +317,13 @@ def load_spec(directory: Path | str) -> KernelSpec:
     parity = _parse_parity(path, top.table_of("parity"))
     tolerances = _parse_tolerances(path, top.table_of("tolerance", {}), parity.dtypes)
     workload = _parse_workload(path, top.get("workload", list), dims)
-    tunables = _parse_tunables(path, top.table_of("tunables", {}))
+    tunables, safe_on = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
         name=name, description=kernel.get("description", str, ""), entry=entry,
         directory=directory, source=source, reference=reference, inputs=inputs,
         kwargs=kwargs, output=output, dims=dims, parity=parity, tolerances=tolerances,
-        workload=workload, tunables=tunables,
+        workload=workload, tunables=tunables, tunables_safe_on=safe_on,
     )
     _check_source_matches(spec)
     return spec
@@ -452,18 +456,23 @@ def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[W
     return tuple(cells)
 
 
-def _parse_tunables(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[Scalar, ...]]:
-    tunables = {}
-    for key, values in table.items():
+def _parse_tunables(path: Path, table: Mapping[str, Any]) -> tuple[dict, dict]:
+    from tik_agent.spec.tunables import parse_entry
+
+    tunables, safe_on = {}, {}
+    for key, entry in table.items():
         where = f"tunables.{key}"
         _identifier(path, where, key)
+        values, devices = parse_entry(path, where, entry)
+        if devices is not None:
+            safe_on[key] = devices
         if not isinstance(values, list) or not values:
             raise _err(path, where, "expected a non-empty list of candidate values", values)
         for j, v in enumerate(values):
             if not isinstance(v, (int, float, bool, str)):
                 raise _err(path, f"{where}[{j}]", "expected a number, boolean or string", v)
         tunables[key] = tuple(values)
-    return tunables
+    return tunables, safe_on
 
 
 def module_constants(tree: ast.Module) -> dict[str, Any]:

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fill DIR with the wheels a GPU node needs to run tik-agent beside its own torch
+# and triton: tik-agent itself and what the node image lacks (the provider SDKs
+# and their dependencies), for Python 3.12 manylinux x86_64.  Run it on a
+# machine that reaches a package registry; scripts/gpu-check.sh installs from
+# DIR with --no-index --no-deps.
+#
+#   bash scripts/gpu-wheels.sh DIR          # PYVER=3.11 for this machine's rehearsal
+set -euo pipefail
+DIR=${1:?usage: gpu-wheels.sh DIR}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+PYVER=${PYVER:-3.12}
+mkdir -p "$DIR"
+rm -f "$DIR"/*.whl
+
+# What the node image already has (the device library's package list): never carried,
+# since a second copy on the path would shadow the node's own.
+NODE_HAS="torch triton numpy typer rich jinja2 matplotlib packaging setuptools wheel pytest click
+anyio httpx httpcore h11 idna certifi sniffio typing-extensions markupsafe pygments shellingham
+markdown-it-py mdurl filelock fsspec sympy networkx mpmath pyyaml requests urllib3 charset-normalizer
+pillow cycler kiwisolver fonttools contourpy pyparsing python-dateutil six nvidia-ml-py tqdm"
+
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+(cd "$REPO" && git ls-files -z -co --exclude-standard -- pyproject.toml README.md tik_agent | xargs -0 tar -cf -) \
+  | tar -xf - -C "$src"
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" "$src"
+
+plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+      --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64)
+"$PY" -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp "${plat[@]}" \
+  -d "$DIR" "openai>=1.40" "anthropic>=0.40"
+
+for whl in "$DIR"/*.whl; do
+  name=$(basename "$whl" | cut -d- -f1 | tr '[:upper:]_' '[:lower:]-')
+  for have in $NODE_HAS; do
+    if [ "$name" = "$have" ]; then rm -f "$whl"; fi
+  done
+done
+# one version of each project, or pip refuses the whole install
+dups=$(ls "$DIR" | cut -d- -f1 | sort | uniq -d)
+[ -z "$dups" ] || { echo "gpu-wheels: two versions of: $dups" >&2; exit 1; }
+ls "$DIR"
+du -sh "$DIR" | cut -f1 | sed 's/^/gpu-wheels: total /'

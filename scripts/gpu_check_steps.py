@@ -1,0 +1,317 @@
+"""The Python steps of scripts/gpu-check.sh, one subcommand each (run with the installed tik_agent).
+
+  env OUT                 versions, device, measured ceilings (device only)  -> OUT/environment.json
+  seeds DIR               copies of the bundled seeds (``--small``: smallest shapes for the interpreter)
+  probes DIR OUT          bit probes: each seed x each tunable value x M, and an odd-stride row view
+  summarise OUT           eval-*.json -> one evals.json and the table in summary.md
+  wheel RUN WHEELDIR OUT  the exported wheel: verify(), torch.compile, a CUDA graph capture (device only)
+
+Results stay few (the device lends at most 8 files back); each step appends to OUT/summary.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+PROBE_M = (1, 7, 64, 255, 1024, 4096)
+PROBE_M_SMALL = (1, 7)  # the rehearsal: every code path, on the interpreter's budget
+INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _device() -> str:
+    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+
+
+def _summary(out: Path, text: str) -> None:
+    with (out / "summary.md").open("a") as f:
+        f.write(text.rstrip() + "\n\n")
+
+
+def cmd_env(args) -> int:
+    import torch
+    import triton
+
+    import tik_agent
+    from tik_agent.backends import device as devices
+
+    device = _device()
+    env = devices.environment(device)
+    env.update(tik_agent=tik_agent.__version__, tik_agent_file=tik_agent.__file__, numpy=_version("numpy"),
+               git=shutil.which("git"), sdks={m: _importable(m) for m in ("openai", "anthropic")})
+    # Which OS isolation evaluations get here (bwrap with /dev/nvidia* bound is untested on GPUs).
+    from tik_agent.sandbox.isolation import best
+
+    report = best().report()
+    env["isolation"] = dict(report.to_dict(), why=report.why)
+    if device == "cuda":
+        from tik_agent.backends.device_timing import measure_ceilings
+
+        env["ceilings"] = measure_ceilings()
+        env["l2_bytes"] = torch.cuda.get_device_properties(0).L2_cache_size
+    out = Path(args.out)
+    (out / "environment.json").write_text(json.dumps(env, indent=2))
+    c = env.get("ceilings")
+    _summary(out, f"## environment\n{env['device_name']}; python {platform.python_version()}, torch {torch.__version__}, "
+                  f"triton {triton.__version__}, tik-agent {tik_agent.__version__} from {tik_agent.__file__}\n"
+                  f"isolation: {report.level} ({report.mechanism}: {', '.join(report.layers)}) {report.why}\n"
+                  + (f"ceilings: copy {c['copy_gbps']:.0f} GB/s, bf16 matmul {c['bf16_tflops']:.0f} TFLOP/s"
+                     if c else "ceilings: not measured (no device)"))
+    return 0
+
+
+def _importable(name: str) -> str:
+    try:
+        return getattr(importlib.import_module(name), "__version__", "imported")
+    except Exception as exc:  # a carried wheel that does not fit the node's packages shows here
+        return f"import failed: {type(exc).__name__}: {exc}"
+
+
+def _version(name: str) -> str | None:
+    try:
+        return __import__(name).__version__
+    except ImportError:
+        return None
+
+
+def cmd_seeds(args) -> int:
+    """Copies of the bundled seeds; ``--small`` cuts the grid and the CPU cells for the interpreter."""
+    from tik_agent.spec.seeds import BUNDLED_DIR
+
+    dest = Path(args.dir)
+    for name in ("rmsnorm", "logprobs", "matmul"):
+        target = dest / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(BUNDLED_DIR / name, target)
+        if args.small:
+            spec = target / "spec.toml"
+            text = spec.read_text()
+            for key, value in (("batch_sizes", "[1, 3]"), ("seeds", "[0]"), ("dtypes", '["float32"]'),
+                               ("regimes", '["normal", "special"]')):
+                text = re.sub(rf"^{key} = \[[^\]]*\]", f"{key} = {value}", text, flags=re.M)
+            text = re.sub(r"^([A-Z]) = \[(\d+)[^\]]*\]", lambda m: f"{m.group(1)} = [{min(int(m.group(2)), 256)}]",
+                          text, flags=re.M)
+            text = _small_cpu_cells(text)
+            spec.write_text(text)
+    return 0
+
+
+def _small_cpu_cells(text: str) -> str:
+    """CPU workload cells at most 8 rows and 256 wide: the interpreter's cost is per program and element."""
+    def shrink(block: str) -> str:
+        if 'devices = ["cpu"]' not in block and "devices" in block:
+            return block
+        block = re.sub(r"^M = \d+", "M = 4", block, flags=re.M)
+        return re.sub(r"^([A-LN-Z]) = (\d+)", lambda m: f"{m.group(1)} = {min(int(m.group(2)), 256)}", block,
+                      flags=re.M)
+
+    parts = text.split("[[workload]]")
+    return parts[0] + "".join("[[workload]]" + shrink(p) for p in parts[1:])
+
+
+def _bits(t):
+    import torch
+
+    return t.contiguous().view(getattr(torch, INT_VIEW[t.element_size()])) if t.is_floating_point() else t
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def _variant(source: str, name: str, value, where: Path) -> Path:
+    pattern = re.compile(rf"^{name}\s*=\s*.+$", re.M)
+    if not pattern.search(source):
+        raise SystemExit(f"probe: {name} is not a module-level constant of the kernel")
+    where.write_text(pattern.sub(f"{name} = {value!r}", source, count=1))
+    return where
+
+
+def _entry(path: Path, entry: str):
+    spec = importlib.util.spec_from_file_location(f"probe_{path.stem}_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, entry)
+
+
+def _odd_stride(t):
+    """The same values in a row view whose row stride is odd (one padding column)."""
+    import torch
+
+    padded = torch.empty(t.shape[0], t.shape[1] + 1, dtype=t.dtype, device=t.device)
+    padded[:, : t.shape[1]] = t
+    return padded[:, : t.shape[1]]
+
+
+def cmd_probes(args) -> int:
+    """For every tunable value: the same bits as the seed's own value, each M alone equal to the
+    first M rows of the largest batch, and an odd-stride row view equal to the contiguous rows."""
+    import torch
+
+    from tik_agent.spec.cases import Case, make_inputs
+    from tik_agent.spec.schema import load_spec
+
+    device = _device()
+    ms = PROBE_M_SMALL if args.small else PROBE_M
+    work = Path(args.out) / ".probe-src"
+    work.mkdir(exist_ok=True)
+    report = {"device": device, "M": list(ms), "seeds": {}}
+    lines = ["## bit probes", f"M in {list(ms)} and an odd-stride row view; each value against the seed's own "
+             f"value at the largest M. Columns: same bits as default / batch invariant / odd stride equal.", ""]
+    for seed_dir in sorted(Path(args.dir).iterdir()):
+        spec = load_spec(seed_dir)
+        cell = max(spec.workload_for(device), key=lambda c: c.m)
+        dims = dict(cell.dims)
+        dtypes = ["float32"] if args.small else list(dict.fromkeys(["float32", cell.dtype]))
+        source = spec.source.read_text()
+        base = _entry(spec.source, spec.entry)
+        seed_report = {"dims": dims, "dtypes": dtypes, "tunables": {}}
+        for dtype in dtypes:
+            inputs = make_inputs(spec, Case(max(ms), dims, dtype, "normal", 0), device)
+            expect = base(*inputs, **spec.kwargs)
+            for name, values in spec.tunables.items():
+                for value in (values[:2] if args.small else values):
+                    fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec.entry)
+                    full = fn(*inputs, **spec.kwargs)
+                    alone = all(_same(fn(*[_rows(t, spec, i, m) for i, t in enumerate(inputs)], **spec.kwargs),
+                                      full[:m]) for m in ms)
+                    odd = [(_odd_stride(t) if _batched_2d(spec, i, t) else t) for i, t in enumerate(inputs)]
+                    entry = seed_report["tunables"].setdefault(name, {}).setdefault(str(value), {})
+                    entry[dtype] = {"same_bits_as_default": _same(full, expect), "batch_invariant": alone,
+                                    "odd_stride_equal": _same(fn(*odd, **spec.kwargs), full)}
+        report["seeds"][spec.name] = seed_report
+        for name, values in seed_report["tunables"].items():
+            row = ", ".join(f"{v}: " + " ".join("".join("y" if r[k] else "n" for k in
+                            ("same_bits_as_default", "batch_invariant", "odd_stride_equal")) for r in per.values())
+                            for v, per in values.items())
+            lines.append(f"- {spec.name} {name} ({'/'.join(dtypes)}): {row}")
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    shutil.rmtree(work, ignore_errors=True)
+    (Path(args.out) / "probes.json").write_text(json.dumps(report, indent=2))
+    _summary(Path(args.out), "\n".join(lines))
+    return 0
+
+
+def _rows(t, spec, i, m):
+    return t[:m].contiguous() if spec.inputs[i].batched else t
+
+
+def _batched_2d(spec, i, t) -> bool:
+    return spec.inputs[i].batched and t.dim() == 2 and t.is_floating_point()
+
+
+def cmd_summarise(args) -> int:
+    out = Path(args.out)
+    evals, lines = {}, ["## seeds against themselves (tik-agent eval)", "",
+                        "| seed | cell | shape | seed us | candidate us | launch us | GB/s | % of copy |",
+                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(out.glob("eval-*.json")):
+        seed = path.stem[len("eval-"):]
+        try:
+            v = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            lines.append(f"| {seed} | (no verdict: see log.txt) | | | | | | |")
+            continue
+        evals[seed] = v
+        ceiling = (v.get("ceilings") or {}).get("copy_gbps")
+        for c in v.get("timing", []):
+            d = c.get("device", {})
+            us = c["candidate"]["median_ms"] * 1e3
+            gbps = d["bytes"] / (us * 1e3) if d.get("bytes") else None
+            launch = d.get("launch_overhead_us", {}).get("candidate")
+            lines.append(f"| {seed} | {c['name']} | {c['shape']} | {c['seed']['median_ms'] * 1e3:.1f} | {us:.1f} | "
+                         f"{'-' if launch is None else f'{launch:.1f}'} | {'-' if gbps is None else f'{gbps:.0f}'} | "
+                         f"{'-' if not (gbps and ceiling) else f'{gbps / ceiling:.0%}'} |")
+        lines.append(f"| {seed} | verdict: {v['outcome']}, {v['cases_passed']}/{v['cases_total']} cases, "
+                     f"speedup {v.get('speedup')} | | | | | | |")
+        path.unlink()
+    (out / "evals.json").write_text(json.dumps(evals, indent=2))
+    _summary(out, "\n".join(lines))
+    return 0
+
+
+def cmd_wheel(args) -> int:
+    """Install the exported wheel beside everything else, then verify(), torch.compile, CUDA graph."""
+    import subprocess
+
+    import torch
+
+    out, site = Path(args.out), Path(args.site)
+    wheels = sorted(Path(args.wheeldir).glob("*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"wheel: expected one exported wheel in {args.wheeldir}, found {len(wheels)}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(site), str(wheels[0])], check=True)
+    sys.path.insert(0, str(site))
+    name = wheels[0].name.split("-")[0]
+    k = importlib.import_module(name)
+    t0 = time.time()
+    report = k.verify()
+    lines = [f"## exported wheel {wheels[0].name}", f"verify(): {report.summary()} ({time.time() - t0:.1f} s)"]
+    device = _device()
+    m, n = (4, 256) if device == "cpu" else (256, 4096)
+    x = torch.randn(m, n, device=device)
+    w = torch.randn(n, device=device)
+    op = getattr(getattr(torch.ops, name), "rms_norm")
+    eager = op(x, w)
+    backend = "inductor" if device == "cuda" else "aot_eager"  # no C++ toolchain assumed on the CPU
+    compiled = torch.compile(lambda a, b: op(a, b), fullgraph=True, backend=backend)
+    ok_compile = _same(compiled(x, w), eager)
+    lines.append(f"torch.compile (backend {backend}, fullgraph): bits {'equal' if ok_compile else 'DIFFER'}")
+    ok_graph = True
+    if device == "cuda":
+        op(x, w)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = op(x, w)
+        graph.replay()
+        torch.cuda.synchronize()
+        ok_graph = _same(static, eager)
+        lines.append(f"CUDA graph capture and replay: bits {'equal' if ok_graph else 'DIFFER'}")
+    else:
+        lines.append("CUDA graph capture: skipped (no device)")
+    _summary(out, "\n".join(lines))
+    return 0 if report.passed and ok_compile and ok_graph else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_check_steps")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("env")
+    e.add_argument("out")
+    s = sub.add_parser("seeds")
+    s.add_argument("dir")
+    s.add_argument("--small", action="store_true")
+    pr = sub.add_parser("probes")
+    pr.add_argument("dir")
+    pr.add_argument("out")
+    pr.add_argument("--small", action="store_true")
+    su = sub.add_parser("summarise")
+    su.add_argument("out")
+    w = sub.add_parser("wheel")
+    w.add_argument("run")
+    w.add_argument("wheeldir")
+    w.add_argument("out")
+    w.add_argument("--site", required=True)
+    args = p.parse_args(argv)
+    if _device() == "cpu":
+        from tik_agent.backends import interpreter
+
+        interpreter.activate()
+    return {"env": cmd_env, "seeds": cmd_seeds, "probes": cmd_probes, "summarise": cmd_summarise,
+            "wheel": cmd_wheel}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

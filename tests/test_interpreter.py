@@ -1,0 +1,69 @@
+"""The CPU interpreter set-up on whichever triton is installed (CI runs this on 3.6 and 3.9)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tik_agent.backends import interpreter
+
+
+@triton.jit
+def _tiled_dot(a_ptr, b_ptr, c_ptr, M, N: tl.constexpr, K: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, N)
+    acc = tl.zeros((BLOCK_M, N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * N + cols[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc, mask=rows[:, None] < M)
+
+
+def _run(a, b, block_k=16, block_m=16):
+    m, k = a.shape
+    c = torch.empty(m, b.shape[1], dtype=torch.float32)
+    _tiled_dot[(triton.cdiv(m, block_m),)](a, b, c, m, b.shape[1], k, BLOCK_M=block_m, BLOCK_K=block_k)
+    return c
+
+
+def _ordered(a, b, block_k):
+    """The documented model: each k-block summed k = 0, 1, ... in fp32, then added to the accumulator."""
+    a32, b32 = a.numpy().astype(np.float32), b.numpy().astype(np.float32)
+    acc = np.zeros((a32.shape[0], b32.shape[1]), dtype=np.float32)
+    for k0 in range(0, a32.shape[1], block_k):
+        block = np.zeros_like(acc)
+        for k in range(k0, k0 + block_k):
+            block += a32[:, k:k + 1] * b32[k:k + 1, :]
+        acc = acc + block
+    return acc
+
+
+def test_the_ordered_dot_is_installed():
+    assert interpreter.is_active()
+    builder = type(triton.runtime.interpreter.interpreter_builder)
+    assert getattr(builder.create_dot, "_tik_ordered_dot", False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dot_follows_the_ordered_model_and_is_batch_invariant(dtype):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(21, 64, generator=g).to(dtype)
+    b = torch.randn(64, 16, generator=g).to(dtype)
+    full = _run(a, b)
+    assert torch.equal(full.view(torch.int32), torch.from_numpy(_ordered(a.float(), b.float(), 16)).view(torch.int32))
+    for row in (0, 5, 20):  # a row's bits do not depend on its place in the tile
+        assert torch.equal(_run(a[row:row + 1].contiguous(), b).view(torch.int32), full[row:row + 1].view(torch.int32))
+
+
+def test_block_k_stays_visible_in_the_bits():
+    # Negative control for the test above: a different k-blocking must not look identical.
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(16, 64, generator=g), torch.randn(64, 16, generator=g)
+    assert not torch.equal(_run(a, b, block_k=16).view(torch.int32), _run(a, b, block_k=32).view(torch.int32))

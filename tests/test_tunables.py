@@ -1,0 +1,105 @@
+"""A search space that is right on a GPU: tunables per device, bit probes that decide, dims that
+exercise Triton's divisible-by-16 specialisation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from seedutil import copy_seed, edit
+from tik_agent import cli
+from tik_agent.errors import SpecError, UsageError
+from tik_agent.spec.schema import load_spec
+from tik_agent.spec.seeds import BUNDLED_DIR
+from tik_agent.spec.tunables import load_probes, split_for_device
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bundled_seeds_call_layout_tunables_safe_only_under_the_interpreter():
+    rms = load_spec(BUNDLED_DIR / "rmsnorm")
+    assert rms.tunables["NUM_WARPS"] == (1, 2, 4, 8, 16) and rms.tunables_safe_on["NUM_WARPS"] == ("cpu",)
+    assert split_for_device(rms, "cpu")[0] == dict(rms.tunables)
+    safe, unproven = split_for_device(rms, "cuda")
+    assert safe == {} and unproven == dict(rms.tunables)
+    mm = load_spec(BUNDLED_DIR / "matmul")
+    safe, unproven = split_for_device(mm, "cuda")
+    assert set(safe) == {"GROUP_M", "NUM_STAGES"} and set(unproven) == {"BLOCK_M", "BLOCK_N", "NUM_WARPS"}
+    for name in ("rmsnorm", "logprobs", "matmul"):
+        spec = load_spec(BUNDLED_DIR / name)
+        for dim, values in spec.dims.items():
+            assert any(v % 16 == 0 for v in values) and any(v % 2 == 1 for v in values), (name, dim, values)
+
+
+def _record(same=True, inv=True, odd=True):
+    return {"float32": {"same_bits_as_default": same, "batch_invariant": inv, "odd_stride_equal": odd}}
+
+
+def test_probes_turn_unproven_values_into_safe_ones_or_drop_them():
+    rms = load_spec(BUNDLED_DIR / "rmsnorm")
+    probes = {"device": "cuda", "seeds": {"rmsnorm": {"tunables": {
+        "NUM_WARPS": {"4": _record(), "8": _record(same=False), "16": _record(odd=False)},
+        "ROWS_PER_PROGRAM": {"1": _record(), "2": _record(inv=False)}}}}}
+    safe, unproven = split_for_device(rms, "cuda", probes)
+    assert safe == {"NUM_WARPS": (4,), "ROWS_PER_PROGRAM": (1,)}
+    assert unproven == {"NUM_WARPS": (1, 2), "ROWS_PER_PROGRAM": (4, 8, 16)}
+    assert split_for_device(rms, "cpu", probes)[0] == dict(rms.tunables)  # the interpreter's own claim stands
+
+
+@pytest.mark.parametrize("entry,message", [
+    ('NUM_WARPS = { values = [4, 8], safe_on = ["tpu"] }', "safe_on: expected a list of devices"),
+    ('NUM_WARPS = { values = [4, 8], safe = ["cpu"] }', "unknown key 'safe'"),
+    ("NUM_WARPS = { safe_on = [] }", "expected a non-empty list"),
+    ("NUM_WARPS = 4", "expected a list of values"),
+])
+def test_bad_tunable_entries_name_the_field(tmp_path, entry, message):
+    seed = copy_seed("rmsnorm", tmp_path)
+    edit(seed / "spec.toml", 'NUM_WARPS = { values = [1, 2, 4, 8, 16], safe_on = ["cpu"] }', entry)
+    with pytest.raises(SpecError, match=r"spec.toml: tunables\.NUM_WARPS"):
+        try:
+            load_spec(seed)
+        except SpecError as exc:
+            assert message in str(exc), exc
+            raise
+
+
+def test_probes_from_another_device_are_refused(tmp_path, capsys):
+    probes = tmp_path / "probes.json"
+    probes.write_text(json.dumps({"device": "cuda", "seeds": {}}))
+    with pytest.raises(UsageError, match="probed on 'cuda', not on 'cpu'"):
+        load_probes(probes, "cpu")
+    code = cli.run(["optimize", "rmsnorm", "--agent", "offline", "--device", "cpu", "--probes", str(probes),
+                    "--run-dir", str(tmp_path / "run")])
+    assert code == 2 and "bits hold per device" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was created
+
+
+def _steps():
+    spec = importlib.util.spec_from_file_location("gpu_check_steps", REPO / "scripts" / "gpu_check_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
+    """rmsnorm with BLOCK_N (part of the numerics) offered as a tunable: the probe must say its
+    other value changes bits, while ROWS_PER_PROGRAM keeps them under the interpreter."""
+    seeds = tmp_path / "seeds"
+    seed = copy_seed("rmsnorm", seeds)
+    spec_file = seed / "spec.toml"
+    text = spec_file.read_text()
+    start = text.index("[tunables]")
+    spec_file.write_text(text[:start] + "[tunables]\nROWS_PER_PROGRAM = [1, 2]\nBLOCK_N = [1024, 128]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _steps().main(["probes", str(seeds), str(out), "--small"]) == 0
+    probes = json.loads((out / "probes.json").read_text())
+    got = probes["seeds"]["rmsnorm"]["tunables"]
+    assert got["ROWS_PER_PROGRAM"]["2"]["float32"] == {"same_bits_as_default": True, "batch_invariant": True,
+                                                       "odd_stride_equal": True}
+    assert got["BLOCK_N"]["128"]["float32"]["same_bits_as_default"] is False
+    assert got["BLOCK_N"]["1024"]["float32"]["same_bits_as_default"] is True
+    assert "rmsnorm BLOCK_N" in (out / "summary.md").read_text()
