@@ -27,7 +27,7 @@ from pathlib import Path
 from tik_agent.bits import digest, first_mismatch, meta_difference
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
-from tik_agent.sandbox.harness import CaseOutputs
+from tik_agent.sandbox.harness import CaseOutputs, as_outputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
@@ -229,7 +229,7 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
     for case in reference.cases:
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, reference.outputs[case.id], r))
+        results.append(judge_against(case, out, reference.outputs[case.id], r, tuple(o.name for o in spec.outputs)))
     cases = [r.to_dict() for r in results]
     failed = next((r for r in results if not r.passed), None)
     if failed is not None:
@@ -242,8 +242,7 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
         return Verdict(Outcome.PASSED, None, cases=cases, environment=env)
     for cell in spec.workload_for(device):
         pair = outputs["recheck"][cell.name]
-        problem = meta_difference(pair["seed"], pair["candidate"])
-        mm = None if problem else first_mismatch(pair["seed"], pair["candidate"])
+        problem, mm = _recheck(pair["seed"], pair["candidate"])
         if problem or mm:
             text = problem or mm.describe()
             return Verdict(Outcome.PARITY_FAILED, f"timing cell {cell.name} re-check after timing: {text}",
@@ -263,6 +262,19 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
         verdict.reason = (f"cell {worst.name} is {worst.candidate.median_ms / worst.seed.median_ms:.2f}x slower "
                           f"than the seed (cap 1.05x, noise {worst.noise:.1%})")
     return verdict
+
+
+def _recheck(seed_out, candidate_out):
+    """(meta problem, first mismatch) over every output of a timing cell's re-check."""
+    seed_outs, cand_outs = as_outputs(seed_out), as_outputs(candidate_out)
+    if len(cand_outs) != len(seed_outs):
+        return f"{len(cand_outs)} outputs, expected {len(seed_outs)}", None
+    for expected, actual in zip(seed_outs, cand_outs):
+        problem = meta_difference(expected, actual)
+        mm = None if problem else first_mismatch(expected, actual)
+        if problem or mm:
+            return problem, mm
+    return None, None
 
 
 def _cells(spec: KernelSpec, device: str, samples: dict) -> list[CellTiming]:
