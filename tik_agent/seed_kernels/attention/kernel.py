@@ -21,7 +21,8 @@ the launch.  Per tile, in fp32: the score of position j is
 ``tl.sum(q * scale * k_j)`` over the head dim (masked positions are -inf);
 the running maximum ``m`` and sum ``l`` and the accumulator ``acc`` are
 rescaled by ``exp(m_old - m_new)`` (an online softmax); the tile adds
-``tl.sum(p * v, axis=tile)``; the output is ``acc / l``.  A tile that holds no
+``tl.sum(p * v, axis=tile)``; the output is ``acc / l``, every NaN written as
+the one canonical NaN.  A tile that holds no
 position of the row leaves ``m``, ``l`` and ``acc`` untouched, so how many rows
 share a program (``BLOCK_Q`` tokens times ``HEADS_PER_PROGRAM`` heads) never
 reaches the bits.  ``TILE`` is therefore part of the numerics and fixed; the
@@ -110,6 +111,10 @@ def _attention_kernel(
         m_i = m_new
 
     out = acc / l_i[:, None]
+    # One NaN for every NaN: a NaN made by inf - inf takes its sign from the
+    # code path that made it (numpy's vector or scalar loop under the
+    # interpreter), which would let the rows per program reach the bits.
+    out = tl.where(out != out, float("nan"), out)
     o_rows = o_ptr + (q_begin + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
