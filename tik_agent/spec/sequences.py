@@ -76,7 +76,8 @@ def _seed_of(*parts) -> int:
 def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> list[tuple[int, int]]:
     """(context length, new tokens) per sequence, a function of the shape only.
 
-    Contexts are drawn from [ceil(L/2), L].  With ``Q == 1`` every sequence
+    The first sequence has the whole context ``L`` (a long-context decode in
+    every mix); the others' are drawn from [ceil(L/2), L].  With ``Q == 1`` every sequence
     decodes one token; with ``Q >= L`` every sequence is prefilled whole (a
     prefill or a training forward); in between the sequences cycle through
     decode, a chunk of 2..Q new tokens and a whole prefill, so one launch mixes
@@ -89,7 +90,7 @@ def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> list[tuple[int
     gen = torch.Generator().manual_seed(_seed_of("lengths", m, sorted(dims.items())))
     out = []
     for i in range(m):
-        length = int(torch.randint((top + 1) // 2, top + 1, (1,), generator=gen))
+        length = top if i == 0 else int(torch.randint((top + 1) // 2, top + 1, (1,), generator=gen))
         if chunk == 1:
             new = 1
         elif chunk >= top:
@@ -196,9 +197,11 @@ def probe_launches(spec: KernelSpec, case) -> list[Launch]:
     out.append(Launch("placement", full.chunks, placement=4))
     probed = [(i, length) for i, (length, _) in enumerate(lengths_of(spec, case))][:PROBED_SEQUENCES]
     out.append(Launch("forward", tuple(Chunk(i, 0, length) for i, length in probed), placement=5))
+    # The last token of every probed sequence, decoded together: long contexts.
+    out.append(Launch("decodes", tuple(Chunk(i, length - 1, length) for i, length in probed), placement=6))
     for i, length in probed:
         p = int(torch.randint(0, length, (1,), generator=gen))
-        out.append(Launch(f"decode:{i}:{p}", (Chunk(i, p, p + 1),), placement=6 + i))
+        out.append(Launch(f"decode:{i}:{p}", (Chunk(i, p, p + 1),), placement=7 + i))
     pieces = []
     for i, length in probed:
         cuts = sorted(int(c) for c in torch.randperm(max(length - 1, 1), generator=gen)[: CHUNK_PIECES - 1] + 1)
@@ -222,6 +225,8 @@ def describe(launch: Launch) -> str:
         return "the same batch in other cache blocks (other garbage, wider block table)"
     if kind == "forward":
         return f"full-sequence forward of sequences {seqs}"
+    if kind == "decodes":
+        return f"the last tokens of sequences {seqs} decoded together"
     if kind == "decode":
         seq, pos = rest.split(":")
         return f"position {pos} of sequence {seq} decoded alone"
