@@ -11,6 +11,11 @@ the last chunk one ``tl.sum`` adds the lanes.  ``BLOCK_N`` is part of the
 numerics and fixed.  ``ROWS_PER_PROGRAM`` only decides how many rows one
 program walks side by side; every row keeps its own lanes.
 
+Every NaN either output holds is the one canonical NaN: a NaN made by
+``inf - inf`` or ``inf * 0`` takes its sign from the code path that made it
+(numpy's vector or scalar loop under the interpreter), which would let the
+rows per program reach the bits.
+
 The second pass recomputes the rounded sum from the inputs instead of reading
 ``new_residual`` back: the same operations give the same bits, and a program
 never depends on the visibility of its own stores.
@@ -49,7 +54,8 @@ def _add_rms_norm_kernel(
         mask = row_ok[:, None] & (c < N)[None, :]
         x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
         r = tl.load(r_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        s = (x + r).to(s_ptr.dtype.element_ty)
+        s = x + r
+        s = tl.where(s != s, float("nan"), s).to(s_ptr.dtype.element_ty)
         tl.store(s_rows + c[None, :], s, mask=mask)
         s32 = s.to(tl.float32)
         lanes += s32 * s32
@@ -62,9 +68,11 @@ def _add_rms_norm_kernel(
         mask = row_ok[:, None] & (c < N)[None, :]
         x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
         r = tl.load(r_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        s32 = (x + r).to(s_ptr.dtype.element_ty).to(tl.float32)
+        s32 = x + r
+        s32 = tl.where(s32 != s32, float("nan"), s32).to(s_ptr.dtype.element_ty).to(tl.float32)
         w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
         y = s32 * rstd[:, None] * w[None, :]
+        y = tl.where(y != y, float("nan"), y)
         tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
