@@ -76,6 +76,7 @@ from tik_agent.spec.layouts import (
     SequenceSpec, check_role, check_sequence_spec, derived_dims, parse_layout, parse_sequences,
 )
 from tik_agent.spec.outputs import OutputSpec, parse_outputs
+from tik_agent.spec.workload import WorkloadCell, parse_workload
 from tik_agent.spec.fields import (
     BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
     _shape,
@@ -125,18 +126,6 @@ class ParityGrid:
     seeds: tuple[int, ...]
     regimes: tuple[str, ...]
     subbatches: int
-
-
-@dataclass(frozen=True)
-class WorkloadCell:
-    """One timing shape; ``weight`` is its share of the workload."""
-
-    name: str
-    m: int
-    dims: Mapping[str, int]
-    dtype: str
-    weight: float
-    devices: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -241,7 +230,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
 
     parity = _parse_parity(path, top.table_of("parity"))
     tolerances = _parse_tolerances(path, top.table_of("tolerance", {}), parity.dtypes)
-    workload = _parse_workload(path, top.get("workload", list), dims)
+    workload = parse_workload(path, top.get("workload", list), dims)
     tunables = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
@@ -337,52 +326,6 @@ def _parse_tolerances(path: Path, table: Mapping[str, Any], dtypes: tuple[str, .
         if d not in tolerances:
             raise _err(path, f"tolerance.{d}", "missing: every parity dtype needs a tolerance for the float64 reference")
     return tolerances
-
-
-def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
-    if not items:
-        raise _err(path, "workload", "expected at least one [[workload]] cell")
-    cells = []
-    names: set[str] = set()
-    for i, raw in enumerate(items):
-        where = f"workload[{i}]"
-        if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table", raw)
-        r = _Reader(path, raw, where)
-        name = r.get("name", str)
-        if name in names:
-            raise _err(path, f"{where}.name", "duplicate cell name", name)
-        names.add(name)
-        m = r.get(BATCH_DIM, int)
-        if m < 1:
-            raise _err(path, f"{where}.{BATCH_DIM}", "expected an integer >= 1", m)
-        dtype = r.get("dtype", str)
-        if dtype not in FLOAT_DTYPES:
-            raise _err(path, f"{where}.dtype", f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", dtype)
-        weight = r.get("weight", (int, float), 1.0)
-        if not math.isfinite(weight) or weight <= 0:
-            raise _err(path, f"{where}.weight", "expected a positive number", weight)
-        devices = r.get("devices", list, ["cpu", "cuda"])
-        for j, d in enumerate(devices):
-            if d not in ("cpu", "cuda"):
-                raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
-        cell_dims = {}
-        for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
-                continue
-            if key not in dims:
-                raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _err(path, f"{where}.{key}", "expected a positive integer", value)
-            cell_dims[key] = value
-        for d in dims:
-            if d not in cell_dims:
-                raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
-    for device in ("cpu", "cuda"):
-        if not any(device in c.devices for c in cells):
-            raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
-    return tuple(cells)
 
 
 def _parse_tunables(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[Scalar, ...]]:

@@ -25,6 +25,7 @@ every timing call of a workload cell does the same amount of work.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -140,7 +141,8 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     width = max(owned) + 1 + launch.placement % 2
     table = torch.randint(0, num_blocks, (len(launch.chunks), width), generator=gen, dtype=torch.int64)
     garbage = GARBAGE[launch.placement % len(GARBAGE)]
-    garbage = garbage if garbage != garbage else garbage * torch.finfo(dtype).max
+    if not math.isnan(garbage):
+        garbage *= torch.finfo(dtype).max
     caches = {i.name: torch.full((num_blocks, page, *resolve_shape(i.shape[2:], 1, case.dims)), garbage, dtype=dtype)
               for i in spec.inputs if i.role == "cache"}
     taken = 0
