@@ -37,6 +37,7 @@ from tik_agent.spec.schema import KernelSpec, resolve_shape
 # exactly when the kernel reads outside what it owns.
 GARBAGE = (float("nan"), 1.0, -0.5)  # NaN, then fractions of the dtype's largest finite value
 SPARE_BLOCKS = 3
+DATA_BLOCK = 64  # positions per independently seeded block of generated data
 # Per-sequence probes (forward, decode, chunked prefill) cover at most this
 # many sequences of a case: each costs launches under the interpreter.
 PROBED_SEQUENCES = 3
@@ -107,22 +108,25 @@ def full_launch(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> Launch:
     return Launch("full", tuple(Chunk(i, length - new, length) for i, (length, new) in enumerate(lengths(spec, m, dims))))
 
 
-def sequence_data(spec: KernelSpec, case, seq: int, length: int) -> dict[str, object]:
-    """Every float input's values for positions 0..length-1 of one sequence, in the case's dtype."""
+def positions(spec: KernelSpec, case, seq: int, inp, begin: int, end: int):
+    """One float input's values at positions begin..end-1 of a sequence, in the case's dtype.
+
+    Generated in blocks of ``DATA_BLOCK`` positions, each from its own seed, so
+    a decode step of a long context draws only the blocks it reads.
+    """
     import torch
 
     from tik_agent.spec.cases import _apply_regime, _inject_special
 
-    data = {}
-    for inp in spec.inputs:
-        if not inp.is_float:
-            continue
-        tail = resolve_shape(inp.shape[2 if inp.role == "cache" else 1:], 1, case.dims)
-        gen = torch.Generator().manual_seed(_seed_of("data", case.id, case.seed, seq, inp.name))
-        base = torch.randn((length, *tail), generator=gen, dtype=torch.float32)
+    tail = resolve_shape(inp.shape[2 if inp.role == "cache" else 1:], 1, case.dims)
+    parts = []
+    for block in range(begin // DATA_BLOCK, -(-end // DATA_BLOCK)):
+        gen = torch.Generator().manual_seed(_seed_of("data", case.id, case.seed, seq, inp.name, block))
+        base = torch.randn((DATA_BLOCK, *tail), generator=gen, dtype=torch.float32)
         t = _apply_regime(base, case.regime, case.dtype, gen).to(getattr(torch, case.dtype))
-        data[inp.name] = _inject_special(t, gen) if case.regime == "special" else t
-    return data
+        parts.append(_inject_special(t, gen) if case.regime == "special" else t)
+    first = begin // DATA_BLOCK * DATA_BLOCK
+    return torch.cat(parts)[begin - first: end - first]
 
 
 def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") -> list:
@@ -132,8 +136,6 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     page = case.dims[spec.sequences.page]
     dtype = getattr(torch, case.dtype)
     gen = torch.Generator().manual_seed(_seed_of("placement", case.id, case.seed, launch.placement))
-    contexts = lengths_of(spec, case)
-    data = {c.seq: sequence_data(spec, case, c.seq, contexts[c.seq][0]) for c in launch.chunks}
     owned = [-(-c.end // page) for c in launch.chunks]
     num_blocks = sum(owned) + SPARE_BLOCKS + launch.placement % 3
     physical = torch.randperm(num_blocks, generator=gen)
@@ -151,8 +153,9 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
         taken += owned[row]
         table[row, : owned[row]] = blocks
         slots = torch.arange(chunk.end)
-        for name, cache in caches.items():
-            cache[blocks[slots // page], slots % page] = data[chunk.seq][name][: chunk.end]
+        for inp in spec.inputs:
+            if inp.role == "cache":
+                caches[inp.name][blocks[slots // page], slots % page] = positions(spec, case, chunk.seq, inp, 0, chunk.end)
     counts = torch.tensor([0] + [c.end - c.begin for c in launch.chunks], dtype=torch.int64)
     index = {
         "cu_seqlens": torch.cumsum(counts, 0),
@@ -164,7 +167,7 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
         if inp.role == "cache":
             t = caches[inp.name]
         elif inp.is_float:
-            t = torch.cat([data[c.seq][inp.name][c.begin: c.end] for c in launch.chunks])
+            t = torch.cat([positions(spec, case, c.seq, inp, c.begin, c.end) for c in launch.chunks])
         else:
             t = index[inp.role].to(getattr(torch, inp.dtype))
         out.append(t.to(device))
