@@ -16,7 +16,7 @@ def test_cuda_event_timer_measures_and_returns():
     assert ms > 0 and out.shape == (1024, 1024)
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])
+@pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul", "add_rmsnorm", "attention"])
 def test_seed_against_itself_on_cuda(name):
     from tik_agent.judge.evaluate import EvalOptions, evaluate
     from tik_agent.spec.seeds import resolve

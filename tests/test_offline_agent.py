@@ -275,7 +275,7 @@ def _seed(name):
     return (directory / "kernel.py").read_text(), spec
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "matmul", "logprobs"])
+@pytest.mark.parametrize("name", ["rmsnorm", "matmul", "logprobs", "attention", "add_rmsnorm"])
 def test_bundled_seeds_get_valid_proposals(name):
     source, spec = _seed(name)
     entry = spec.get("kernel", {}).get("entry")

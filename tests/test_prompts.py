@@ -184,3 +184,22 @@ def test_prompts_directory_must_exist(tmp_path):
 def test_rendering_is_deterministic():
     context = make_context([feedback("a1", "parity_failed", first_mismatch=MISMATCH)])
     assert PromptRenderer().render(context) == PromptRenderer().render(dataclasses.replace(context))
+
+
+def test_attention_contract_is_told_only_for_the_sequences_layout():
+    from tik_agent.spec.seeds import BUNDLED_DIR
+
+    renderer = PromptRenderer()
+    attention = dataclasses.replace(make_context(), spec_text=(BUNDLED_DIR / "attention" / "spec.toml").read_text())
+    system = renderer.render(attention).system
+    assert "split-KV" in system and "decoded alone" in system and "block table" in system
+    assert "split-KV" not in renderer.render(make_context()).system  # the negative control
+
+
+def test_several_outputs_are_named_in_order():
+    from tik_agent.spec.seeds import BUNDLED_DIR
+
+    fused = dataclasses.replace(make_context(), spec_text=(BUNDLED_DIR / "add_rmsnorm" / "spec.toml").read_text())
+    system = PromptRenderer().render(fused).system
+    assert "returns 2 outputs as a tuple, in this order: y, new_residual" in system
+    assert "outputs as a tuple" not in PromptRenderer().render(make_context()).system

@@ -16,6 +16,7 @@ a template naming a variable that does not exist is an error, not an empty strin
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +138,20 @@ def template_variables(context: AgentContext) -> dict[str, object]:
         "device": context.device,
         "is_interpreter": context.is_interpreter,
         "attempt_index": context.attempt_index,
+        **_spec_shape(context.spec_text),
     }
+
+
+def _spec_shape(spec_text: str) -> dict[str, object]:
+    """``layout`` and ``outputs`` (names) as the spec declares them; the defaults for a spec that does not parse."""
+    try:
+        data = tomllib.loads(spec_text)
+    except tomllib.TOMLDecodeError:
+        data = {}
+    kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
+    several = data.get("outputs") if isinstance(data.get("outputs"), list) else []
+    names = [o.get("name", "?") for o in several if isinstance(o, dict)]
+    return {"layout": kernel.get("layout", "rows"), "outputs": names or ["output"]}
 
 
 def _timing_row(row: Mapping[str, object]) -> dict[str, object]:

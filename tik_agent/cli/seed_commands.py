@@ -15,7 +15,8 @@ def list_seeds() -> None:
     """List the bundled seed kernels with their entry signature."""
     table = Table(title="bundled seeds", title_justify="left")
     table.add_column("name", style="bold")
-    table.add_column("entry")
+    # Wide enough for the short signatures to stay on one line next to attention's long one.
+    table.add_column("entry", min_width=32)
     table.add_column("description")
     for spec in seeds.bundled():
         table.add_row(spec.name, spec.signature_text(), spec.description)

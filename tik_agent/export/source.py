@@ -74,6 +74,11 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
         evaluation=evaluation, trailers=dict(kernel.trailers), ancestry=_ancestry(chosen, root, accepted),
     )
     _check_hashes(source)
+    spec = source.spec
+    if spec.layout != "rows" or len(spec.outputs) > 1:
+        # The wheel's verify() rebuilds row-batched inputs and one output only.
+        raise UsageError(f"{run_dir}: seed {spec.name} ({spec.layout} layout, {len(spec.outputs)} output(s)) cannot be "
+                         "exported yet: the wheel supports row-batched kernels with one output")
     return source
 
 

@@ -396,7 +396,7 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
     for case in all_cases:
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, expected[case.id], r))
+        results.append(judge_against(case, out, expected[case.id], r, tuple(o.name for o in spec.outputs)))
     # Each case's parameters travel with its result: a drawn case is in no grid to look up.
     cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
     failed = next((r for r in results if not r.passed), None)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from tik_agent.bits import Mismatch, first_mismatch, meta_difference
 from tik_agent.spec.cases import Case, rows_alone
-from tik_agent.sandbox.harness import CaseOutputs
-from tik_agent.spec.schema import KernelSpec, Tolerance, resolve_shape
+from tik_agent.sandbox.harness import CaseOutputs, as_outputs
+from tik_agent.spec.layouts import TOKENS_DIM
+from tik_agent.spec.schema import KernelSpec, OutputSpec, Tolerance, resolve_shape
 
 
 class Check(str, Enum):
@@ -53,27 +54,47 @@ class _Fail(Exception):
         self.check, self.message, self.mismatch = check, message, mismatch
 
 
-def expected_meta(spec: KernelSpec, case: Case, m: int) -> tuple[tuple[int, ...], str]:
-    return resolve_shape(spec.output.shape, m, case.dims), spec.output.resolve_dtype(case.dtype)
+def expected_meta(spec: KernelSpec, case: Case, m: int, output: OutputSpec | None = None,
+                  tokens: int | None = None) -> tuple[tuple[int, ...], str]:
+    """Shape and dtype of an output for ``m`` rows (or, in the sequences layout, ``tokens`` tokens)."""
+    output = output or spec.output
+    dims = dict(case.dims)
+    if spec.layout == "sequences":
+        from tik_agent.spec.sequences import token_count
+
+        dims[TOKENS_DIM] = token_count(spec, case) if tokens is None else tokens
+    return resolve_shape(output.shape, m, dims), output.resolve_dtype(case.dtype)
 
 
-def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str) -> None:
+def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: int | None = None) -> None:
     import torch
 
-    shape, dtype = expected_meta(spec, case, m)
-    if not isinstance(out, torch.Tensor):
-        raise _Fail(Check.OUTPUT, f"{what}: returned {type(out).__name__}, expected a tensor")
-    if tuple(out.shape) != shape or out.dtype != getattr(torch, dtype):
-        raise _Fail(Check.OUTPUT, f"{what}: got {tuple(out.shape)} {out.dtype}, expected {shape} torch.{dtype}")
+    several = len(spec.outputs) > 1
+    if several and not (isinstance(out, (tuple, list)) and len(out) == len(spec.outputs)):
+        raise _Fail(Check.OUTPUT, f"{what}: returned {type(out).__name__}, expected a tuple of {len(spec.outputs)} tensors "
+                                  f"({', '.join(o.name for o in spec.outputs)})")
+    for output, t in zip(spec.outputs, as_outputs(out)):
+        name = f"{what}: output {output.name}" if several else what
+        shape, dtype = expected_meta(spec, case, m, output, tokens)
+        if not isinstance(t, torch.Tensor):
+            raise _Fail(Check.OUTPUT, f"{name}: returned {type(t).__name__}, expected a tensor")
+        if tuple(t.shape) != shape or t.dtype != getattr(torch, dtype):
+            raise _Fail(Check.OUTPUT, f"{name}: got {tuple(t.shape)} {t.dtype}, expected {shape} torch.{dtype}")
 
 
-def _same_bits(check: Check, what: str, expected, actual) -> None:
-    meta = meta_difference(expected, actual)
-    if meta:
-        raise _Fail(check, f"{what}: {meta}")
-    mm = first_mismatch(expected, actual)
-    if mm:
-        raise _Fail(check, f"{what}: {mm.describe()}", mm)
+def _same_bits(check: Check, what: str, expected, actual, names: tuple[str, ...] = ()) -> None:
+    """Raw-bit equality of one output, or of each of several (``names`` label them)."""
+    expected, actual = as_outputs(expected), as_outputs(actual)
+    if len(actual) != len(expected):
+        raise _Fail(check, f"{what}: {len(actual)} outputs, expected {len(expected)}")
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        label = f"{what}: output {names[i] if i < len(names) else i}" if len(expected) > 1 else what
+        meta = meta_difference(e, a)
+        if meta:
+            raise _Fail(check, f"{label}: {meta}")
+        mm = first_mismatch(e, a)
+        if mm:
+            raise _Fail(check, f"{label}: {mm.describe()}", mm)
 
 
 def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path, inputs_digest: str) -> CaseResult:
@@ -94,9 +115,14 @@ def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path
         passed.append(Check.INPUTS.value)
         if not (case.rows_sample and out.again is None):
             _check_output(spec, case, out.again, case.m, "second run")
-            _same_bits(Check.DETERMINISM, "second run vs first", out.full, out.again)
+            _same_bits(Check.DETERMINISM, "second run vs first", out.full, out.again, _names(spec))
             passed.append(Check.DETERMINISM.value)
-        if case.invariance:
+        if case.invariance and spec.layout == "sequences":
+            from tik_agent.judge.sequence_checks import judge_probes
+
+            judge_probes(spec, case, out)
+            passed.append(Check.INVARIANCE.value)
+        elif case.invariance:
             _judge_invariance(spec, case, out)
             passed.append(Check.INVARIANCE.value)
     except _Fail as f:
@@ -107,24 +133,36 @@ def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path
 def _judge_invariance(spec: KernelSpec, case: Case, out: CaseOutputs) -> None:
     import torch
 
+    names = _names(spec)
     rows = rows_alone(case)
     _check_output(spec, case, out.rows, len(rows), "rows run alone")
-    device = out.full.device
-    expected = out.full if len(rows) == case.m else out.full.index_select(0, torch.tensor(rows, device=device))
-    _same_bits(Check.INVARIANCE, "rows run alone vs full batch", expected, out.rows.contiguous())
+    full = as_outputs(out.full)
+    if len(rows) != case.m:  # a large batch runs a sample of its rows alone
+        index = torch.tensor(rows, device=full[0].device)
+        full = tuple(t.index_select(0, index) for t in full)
+    got = tuple(t.contiguous() for t in as_outputs(out.rows))
+    _same_bits(Check.INVARIANCE, "rows run alone vs full batch", full, got, names)
     for sub, t in out.subs:
         kind = "prefix" if sub.prefix else "sub-batch"
         _check_output(spec, case, t, len(sub.index), f"{kind} of {len(sub.index)} rows")
-        expected = out.full.index_select(0, torch.tensor(sub.index, dtype=torch.long, device=out.full.device))
-        _same_bits(Check.INVARIANCE, f"{kind} rows {list(sub.index)[:8]} vs full batch", expected, t.contiguous())
+        full = as_outputs(out.full)
+        index = torch.tensor(sub.index, dtype=torch.long, device=full[0].device)
+        expected = tuple(f.index_select(0, index) for f in full)
+        _same_bits(Check.INVARIANCE, f"{kind} rows {list(sub.index)[:8]} vs full batch", expected,
+                   tuple(x.contiguous() for x in as_outputs(t)), names)
 
 
-def judge_against(case: Case, out: CaseOutputs, reference_full, prior: CaseResult) -> CaseResult:
-    """Parity with the seed: same shape, dtype, strides and bits."""
+def _names(spec: KernelSpec) -> tuple[str, ...]:
+    return tuple(o.name for o in spec.outputs)
+
+
+def judge_against(case: Case, out: CaseOutputs, reference_full, prior: CaseResult,
+                  names: tuple[str, ...] = ()) -> CaseResult:
+    """Parity with the seed: same shape, dtype, strides and bits (of every output)."""
     if not prior.passed:
         return prior
     try:
-        _same_bits(Check.PARITY, "output vs seed", reference_full, out.full)
+        _same_bits(Check.PARITY, "output vs seed", reference_full, out.full, names)
     except _Fail as f:
         return CaseResult(case.id, f.check, f.message, f.mismatch, prior.checks)
     return CaseResult(case.id, checks=prior.checks + (Check.PARITY.value,))
@@ -136,16 +174,19 @@ def judge_reference(case: Case, out: CaseOutputs, expected64, tolerance: Toleran
 
     if not prior.passed:
         return prior
-    got = out.full.detach().cpu().double()
-    exp = expected64.detach().cpu().double().reshape(got.shape)
-    finite = torch.isfinite(exp) & (exp.abs() < torch.finfo(out.full.dtype).max)
-    err = (got - exp).abs()
-    bound = tolerance.atol + tolerance.rtol * exp.abs()
-    bad = finite & ~(err <= bound)
-    if bool(bad.any()):
-        i = int(bad.reshape(-1).nonzero()[0])
-        msg = (f"float64 reference: index {i}: got {float(got.reshape(-1)[i])!r}, expected "
-               f"{float(exp.reshape(-1)[i])!r} (rtol {tolerance.rtol}, atol {tolerance.atol}); "
-               f"{int(bad.sum())} element(s) outside")
-        return CaseResult(case.id, Check.REFERENCE, msg, None, prior.checks)
+    outputs, expected = as_outputs(out.full), as_outputs(expected64)
+    for n, (actual, reference) in enumerate(zip(outputs, expected)):
+        got = actual.detach().cpu().double()
+        exp = reference.detach().cpu().double().reshape(got.shape)
+        finite = torch.isfinite(exp) & (exp.abs() < torch.finfo(actual.dtype).max)
+        err = (got - exp).abs()
+        bound = tolerance.atol + tolerance.rtol * exp.abs()
+        bad = finite & ~(err <= bound)
+        if bool(bad.any()):
+            i = int(bad.reshape(-1).nonzero()[0])
+            which = f" output {n}" if len(outputs) > 1 else ""
+            msg = (f"float64 reference{which}: index {i}: got {float(got.reshape(-1)[i])!r}, expected "
+                   f"{float(exp.reshape(-1)[i])!r} (rtol {tolerance.rtol}, atol {tolerance.atol}); "
+                   f"{int(bad.sum())} element(s) outside")
+            return CaseResult(case.id, Check.REFERENCE, msg, None, prior.checks)
     return CaseResult(case.id, checks=prior.checks + (Check.REFERENCE.value,))

@@ -84,6 +84,11 @@ def load_seed_entry(spec: KernelSpec) -> Callable:
         raise SpecError(str(exc)) from None
 
 
+def as_outputs(out) -> tuple:
+    """An entry's result as a tuple of outputs: one tensor, or the tuple several outputs make."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 @dataclass
 class CaseOutputs:
     """What one case produced, as raw tensors; compared on the trusted side."""
@@ -94,18 +99,21 @@ class CaseOutputs:
     subs: list[tuple[SubBatch, object]] = field(default_factory=list)
     launches: dict[str, int] = field(default_factory=dict)
     inputs_digest_after: str = ""
+    probes: dict[str, object] = field(default_factory=dict)  # sequences layout: launch label -> output
 
     def to_payload(self) -> dict:
         return {
             "full": self.full, "again": self.again, "rows": self.rows,
             "subs": [(list(s.index), s.prefix, t) for s, t in self.subs],
             "launches": dict(self.launches), "inputs_digest_after": self.inputs_digest_after,
+            "probes": dict(self.probes),
         }
 
     @classmethod
     def from_payload(cls, d: dict) -> "CaseOutputs":
         subs = [(SubBatch(tuple(i), bool(p)), t) for i, p, t in d["subs"]]
-        return cls(d["full"], d["again"], d["rows"], subs, dict(d["launches"]), d["inputs_digest_after"])
+        return cls(d["full"], d["again"], d["rows"], subs, dict(d["launches"]), d["inputs_digest_after"],
+                   dict(d.get("probes", {})))
 
 
 @contextmanager
@@ -165,6 +173,10 @@ class Runner:
         return guarded_call(self.entry, inputs, self.spec.kwargs, which)
 
     def run_case(self, case: Case) -> CaseOutputs:
+        if self.spec.layout == "sequences":
+            from tik_agent.sandbox.sequence_runs import run_sequence_case
+
+            return run_sequence_case(self, case)
         inputs = make_inputs(self.spec, case, self.device)
         with launches.recording() as rec:
             full = self.call(case, inputs, case.m, 0)
@@ -189,10 +201,11 @@ class Runner:
         for i in rows_alone(case):
             row_inputs = self._select(inputs, lambda t: t[i : i + 1].clone())
             out = self.call(case, row_inputs, 1, i % 2)
-            if not isinstance(out, torch.Tensor):
+            if not all(isinstance(t, torch.Tensor) for t in as_outputs(out)):
                 return out
-            outs.append(out)
-        return torch.cat(outs, dim=0)
+            outs.append(as_outputs(out))
+        joined = tuple(torch.cat(parts, dim=0) for parts in zip(*outs))
+        return joined if isinstance(out, (tuple, list)) else joined[0]
 
     def _sub_batch(self, case: Case, inputs: list, sub: SubBatch):
         import torch

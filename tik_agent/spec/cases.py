@@ -158,6 +158,10 @@ def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
     """The entry's positional inputs for ``case``, generated on the CPU and moved."""
     import torch
 
+    if spec.layout == "sequences":
+        from tik_agent.spec import sequences
+
+        return sequences.make_inputs(spec, case, device)
     gen = torch.Generator().manual_seed(case_seed(case))
     tensors = []
     for inp in spec.inputs:
@@ -215,6 +219,10 @@ def hidden_cases(spec: KernelSpec) -> list[Case]:
     for name, values in spec.dims.items():
         lo, hi = min(values), max(values)
         dims[name] = ((lo + hi) // 2) | 1 if hi - lo > 2 else hi + 13
+    if spec.layout == "sequences":  # head shapes must stay valid: only lengths and pages are held out
+        from tik_agent.spec import sequences
+
+        dims = sequences.hidden_dims(spec, dims_combinations(spec)[0])
     m = max(b for b in spec.parity.batch_sizes) + 2
     m |= 1
     return [Case(m, dims, dtype, spec.parity.regimes[i % len(spec.parity.regimes)], spec.parity.seeds[0], hidden=True,

@@ -11,6 +11,8 @@ error names the file, the field and the offending value.  The schema::
     entry = "rms_norm"                # launcher function in kernel.py
     source = "kernel.py"              # optional
     reference = "reference.py"        # optional; function `reference`
+    layout = "rows"                   # optional: "rows" or "sequences" (attention;
+                                      # see tik_agent/spec/layouts.py)
 
     [dims]                            # fixed (non-batch) dimensions and the
     N = [256, 1000]                   # values the parity grid covers
@@ -20,13 +22,21 @@ error names the file, the field and the offending value.  The schema::
     shape = ["M", "N"]                # "M" is the batch dimension; it must lead
     dtype = "float"                   # "float": the case's dtype; or a dtype name
     # high = "V"                      # integer inputs: values drawn from [0, high)
+    # role = "cache"                  # sequences layout: tokens, cache, cu_seqlens,
+                                      # seq_lens or block_table (index inputs give
+                                      # no shape; "T" and "BLOCKS" are derived dims)
 
     [kwargs]                          # keyword arguments passed as they are
     eps = 1e-6
 
-    [output]
-    shape = ["M", "N"]
-    dtype = "float"
+    [output]                          # or several [[outputs]] tables, each with a
+    shape = ["M", "N"]                # name, in the order the entry returns them
+    dtype = "float"                   # as a tuple; each is judged on raw bits
+
+    [sequences]                       # sequences layout only: the dims that set the
+    context = "L"                     # longest context, the new tokens per sequence
+    chunk = "Q"                       # (1: decode; >= L: whole prefill; else a mix)
+    page = "P"                        # and the cache block size
 
     [parity]
     batch_sizes = [1, 2, 3, 5, 8, 17]
@@ -64,20 +74,20 @@ from typing import Any, Mapping
 
 from tik_agent import pyparse
 from tik_agent.errors import SpecError
+from tik_agent.spec.layouts import (
+    SequenceSpec, check_role, check_sequence_spec, derived_dims, parse_layout, parse_sequences,
+)
+from tik_agent.spec.outputs import OutputSpec, parse_outputs
+from tik_agent.spec.workload import WorkloadCell, parse_workload
+from tik_agent.spec.fields import (
+    BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
+    _shape,
+)
 
-BATCH_DIM = "M"
-FLOAT_DTYPES = ("float32", "bfloat16", "float16")
-INT_DTYPES = ("int64", "int32")
-CASE_DTYPE = "float"  # placeholder: the parity case's float dtype
 REGIMES = ("normal", "zero", "large", "special")
 SPEC_FILE = "spec.toml"
 
 Scalar = int | float | bool | str
-
-
-def _err(path: Path, where: str, problem: str, value: Any = ...) -> SpecError:
-    got = "" if value is ... else f" (got {value!r})"
-    return SpecError(f"{path}: {where}: {problem}{got}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,7 @@ class InputSpec:
     shape: tuple[str | int, ...]
     dtype: str
     high: str | int | None = None
+    role: str | None = None  # sequences layout only
 
     @property
     def batched(self) -> bool:
@@ -102,15 +113,6 @@ class InputSpec:
 
     def resolve_shape(self, m: int, dims: Mapping[str, int]) -> tuple[int, ...]:
         return resolve_shape(self.shape, m, dims)
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    shape: tuple[str | int, ...]
-    dtype: str
-
-    def resolve_dtype(self, case_dtype: str) -> str:
-        return case_dtype if self.dtype == CASE_DTYPE else self.dtype
 
 
 @dataclass(frozen=True)
@@ -129,18 +131,6 @@ class ParityGrid:
 
 
 @dataclass(frozen=True)
-class WorkloadCell:
-    """One timing shape; ``weight`` is its share of the workload."""
-
-    name: str
-    m: int
-    dims: Mapping[str, int]
-    dtype: str
-    weight: float
-    devices: tuple[str, ...] = ("cpu", "cuda")
-
-
-@dataclass(frozen=True)
 class KernelSpec:
     name: str
     description: str
@@ -150,7 +140,7 @@ class KernelSpec:
     reference: Path | None
     inputs: tuple[InputSpec, ...]
     kwargs: Mapping[str, Scalar]
-    output: OutputSpec
+    outputs: tuple[OutputSpec, ...]
     dims: Mapping[str, tuple[int, ...]]
     parity: ParityGrid
     tolerances: Mapping[str, Tolerance]
@@ -158,6 +148,13 @@ class KernelSpec:
     tunables: Mapping[str, tuple[Scalar, ...]] = field(default_factory=dict)
     # name -> devices where its values are known to keep bits; absent: every device
     tunables_safe_on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    layout: str = "rows"
+    sequences: SequenceSpec | None = None
+
+    @property
+    def output(self) -> OutputSpec:
+        """The first output (the only one for most kernels)."""
+        return self.outputs[0]
 
     @property
     def spec_path(self) -> Path:
@@ -183,90 +180,6 @@ def resolve_shape(shape: tuple[str | int, ...], m: int, dims: Mapping[str, int])
     return tuple(out)
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-class _Reader:
-    """Typed field access on one TOML table, with errors naming the field."""
-
-    def __init__(self, path: Path, table: Mapping[str, Any], where: str):
-        self.path, self.table, self.where = path, table, where
-
-    def _name(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-        if key not in self.table:
-            if default is ...:
-                raise _err(self.path, self._name(key), "missing required field")
-            return default
-        value = self.table[key]
-        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise _err(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
-        if not isinstance(value, kind):
-            raise _err(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
-        return value
-
-    def table_of(self, key: str, default: Any = ...) -> Mapping[str, Any]:
-        return self.get(key, dict, default)
-
-    def unknown(self, allowed: set[str]) -> None:
-        for key in self.table:
-            if key not in allowed:
-                raise _err(self.path, self._name(key), f"unknown field; expected one of {sorted(allowed)}")
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a table", bool: "a boolean"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _identifier(path: Path, where: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.isidentifier():
-        raise _err(path, where, "expected a Python identifier", value)
-    return value
-
-
-def _int_list(path: Path, where: str, value: Any, minimum: int) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise _err(path, where, "expected a non-empty list of integers", value)
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise _err(path, f"{where}[{i}]", f"expected an integer >= {minimum}", v)
-    return tuple(value)
-
-
-def _choice_list(path: Path, where: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise _err(path, where, f"expected a non-empty list from {list(allowed)}", value)
-    for i, v in enumerate(value):
-        if v not in allowed:
-            raise _err(path, f"{where}[{i}]", f"unknown value; expected one of {list(allowed)}", v)
-    return tuple(value)
-
-
-def _shape(path: Path, where: str, value: Any, dims: Mapping[str, Any]) -> tuple[str | int, ...]:
-    if not isinstance(value, list):
-        raise _err(path, where, "expected a list of dimensions", value)
-    for i, d in enumerate(value):
-        if isinstance(d, str):
-            if d != BATCH_DIM and d not in dims:
-                raise _err(path, f"{where}[{i}]", f"unknown dimension; declare it under [dims] or use {BATCH_DIM!r}", d)
-            if d == BATCH_DIM and i != 0:
-                raise _err(path, f"{where}[{i}]", f"the batch dimension {BATCH_DIM!r} must come first", value)
-        elif isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise _err(path, f"{where}[{i}]", "expected a dimension name or a positive integer", d)
-    return tuple(value)
-
-
-def _dtype(path: Path, where: str, value: Any) -> str:
-    allowed = (CASE_DTYPE,) + FLOAT_DTYPES + ("float64",) + INT_DTYPES
-    if value not in allowed:
-        raise _err(path, where, f"unknown dtype; expected one of {list(allowed)}", value)
-    return value
-
-
 def load_spec(directory: Path | str) -> KernelSpec:
     """Read and validate ``directory/spec.toml`` and the files it names."""
     directory = Path(directory)
@@ -278,10 +191,12 @@ def load_spec(directory: Path | str) -> KernelSpec:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     top = _Reader(path, data, "")
-    top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "parity", "tolerance", "workload", "tunables"})
+    top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "outputs", "parity", "tolerance", "workload",
+                 "tunables", "sequences"})
 
     kernel = _Reader(path, top.table_of("kernel"), "kernel")
-    kernel.unknown({"name", "description", "entry", "source", "reference"})
+    kernel.unknown({"name", "description", "entry", "source", "reference", "layout"})
+    layout = parse_layout(path, kernel)
     name = kernel.get("name", str)
     if not name.replace("-", "_").isidentifier():
         raise _err(path, "kernel.name", "expected letters, digits, '-' or '_'", name)
@@ -299,31 +214,34 @@ def load_spec(directory: Path | str) -> KernelSpec:
         reference = directory / "reference.py"
 
     dims = _parse_dims(path, top.table_of("dims", {}))
-    inputs = _parse_inputs(path, top.get("inputs", list), dims)
+    sequences = parse_sequences(path, top.table_of("sequences", None), layout, dims)
+    inputs = _parse_inputs(path, top.get("inputs", list), dims, layout)
     kwargs = dict(top.table_of("kwargs", {}))
     for key, value in kwargs.items():
         _identifier(path, f"kwargs.{key}", key)
         if not isinstance(value, (int, float, bool, str)):
             raise _err(path, f"kwargs.{key}", "expected a number, boolean or string", value)
 
-    out = _Reader(path, top.table_of("output"), "output")
-    out.unknown({"shape", "dtype"})
-    output = OutputSpec(_shape(path, "output.shape", out.get("shape", list), dims), _dtype(path, "output.dtype", out.get("dtype", str)))
-    if not output.shape or output.shape[0] != BATCH_DIM:
-        raise _err(path, "output.shape", f"the output must be batched: its first dimension must be {BATCH_DIM!r}", list(output.shape))
-    if not any(i.batched for i in inputs):
-        raise _err(path, "inputs", f"at least one input must carry the batch dimension {BATCH_DIM!r}")
+    outputs = parse_outputs(path, top, dims, derived_dims(layout))
+    if layout == "rows":
+        for n, output in enumerate(outputs):
+            if not output.shape or output.shape[0] != BATCH_DIM:
+                where = "output" if len(outputs) == 1 else f"outputs[{n}]"
+                raise _err(path, f"{where}.shape", f"the output must be batched: its first dimension must be {BATCH_DIM!r}", list(output.shape))
+        if not any(i.batched for i in inputs):
+            raise _err(path, "inputs", f"at least one input must carry the batch dimension {BATCH_DIM!r}")
+    check_sequence_spec(path, inputs, outputs, sequences)
 
     parity = _parse_parity(path, top.table_of("parity"))
     tolerances = _parse_tolerances(path, top.table_of("tolerance", {}), parity.dtypes)
-    workload = _parse_workload(path, top.get("workload", list), dims)
+    workload = parse_workload(path, top.get("workload", list), dims)
     tunables, safe_on = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
         name=name, description=kernel.get("description", str, ""), entry=entry,
         directory=directory, source=source, reference=reference, inputs=inputs,
-        kwargs=kwargs, output=output, dims=dims, parity=parity, tolerances=tolerances,
-        workload=workload, tunables=tunables, tunables_safe_on=safe_on,
+        kwargs=kwargs, outputs=outputs, dims=dims, parity=parity, tolerances=tolerances,
+        workload=workload, tunables=tunables, tunables_safe_on=safe_on, layout=layout, sequences=sequences,
     )
     _check_source_matches(spec)
     return spec
@@ -341,7 +259,7 @@ def _parse_dims(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[int, ..
     return dims
 
 
-def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[InputSpec, ...]:
+def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any], layout: str) -> tuple[InputSpec, ...]:
     if not items:
         raise _err(path, "inputs", "expected at least one [[inputs]] table")
     seen: set[str] = set()
@@ -351,15 +269,19 @@ def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Inp
         if not isinstance(raw, dict):
             raise _err(path, where, "expected a table", raw)
         r = _Reader(path, raw, where)
-        r.unknown({"name", "shape", "dtype", "high"})
+        r.unknown({"name", "shape", "dtype", "high", "role"})
         name = _identifier(path, f"{where}.name", r.get("name", str))
         if name in seen:
             raise _err(path, f"{where}.name", "duplicate input name", name)
         seen.add(name)
-        shape = _shape(path, f"{where}.shape", r.get("shape", list), dims)
         dtype = _dtype(path, f"{where}.dtype", r.get("dtype", str))
+        raw_shape = r.get("shape", list, None) if layout == "sequences" else r.get("shape", list)
+        role = check_role(path, where, layout, r.get("role", str, None), dtype, raw_shape)
+        shape = () if raw_shape is None else _shape(path, f"{where}.shape", raw_shape, dims, derived_dims(layout))
         high = r.get("high", (str, int), None)
-        if dtype in INT_DTYPES:
+        if role is not None and high is not None:
+            raise _err(path, f"{where}.high", "index inputs of the sequences layout take no bound", high)
+        if dtype in INT_DTYPES and role is None:
             if high is None:
                 raise _err(path, f"{where}.high", "integer inputs need an upper bound (a dimension name or an integer)")
             if isinstance(high, str) and high not in dims:
@@ -368,7 +290,7 @@ def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Inp
                 raise _err(path, f"{where}.high", "expected a positive integer", high)
         elif high is not None:
             raise _err(path, f"{where}.high", "only integer inputs take a bound", high)
-        inputs.append(InputSpec(name, shape, dtype, high))
+        inputs.append(InputSpec(name, shape, dtype, high, role))
     return tuple(inputs)
 
 
@@ -408,52 +330,6 @@ def _parse_tolerances(path: Path, table: Mapping[str, Any], dtypes: tuple[str, .
         if d not in tolerances:
             raise _err(path, f"tolerance.{d}", "missing: every parity dtype needs a tolerance for the float64 reference")
     return tolerances
-
-
-def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
-    if not items:
-        raise _err(path, "workload", "expected at least one [[workload]] cell")
-    cells = []
-    names: set[str] = set()
-    for i, raw in enumerate(items):
-        where = f"workload[{i}]"
-        if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table", raw)
-        r = _Reader(path, raw, where)
-        name = r.get("name", str)
-        if name in names:
-            raise _err(path, f"{where}.name", "duplicate cell name", name)
-        names.add(name)
-        m = r.get(BATCH_DIM, int)
-        if m < 1:
-            raise _err(path, f"{where}.{BATCH_DIM}", "expected an integer >= 1", m)
-        dtype = r.get("dtype", str)
-        if dtype not in FLOAT_DTYPES:
-            raise _err(path, f"{where}.dtype", f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", dtype)
-        weight = r.get("weight", (int, float), 1.0)
-        if not math.isfinite(weight) or weight <= 0:
-            raise _err(path, f"{where}.weight", "expected a positive number", weight)
-        devices = r.get("devices", list, ["cpu", "cuda"])
-        for j, d in enumerate(devices):
-            if d not in ("cpu", "cuda"):
-                raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
-        cell_dims = {}
-        for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
-                continue
-            if key not in dims:
-                raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _err(path, f"{where}.{key}", "expected a positive integer", value)
-            cell_dims[key] = value
-        for d in dims:
-            if d not in cell_dims:
-                raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
-    for device in ("cpu", "cuda"):
-        if not any(device in c.devices for c in cells):
-            raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
-    return tuple(cells)
 
 
 def _parse_tunables(path: Path, table: Mapping[str, Any]) -> tuple[dict, dict]:

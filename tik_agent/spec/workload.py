@@ -1,0 +1,68 @@
+"""``[[workload]]``: the timing cells, each a shape, a dtype, a weight and the devices it runs on."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, _err, _Reader
+
+
+@dataclass(frozen=True)
+class WorkloadCell:
+    """One timing shape; ``weight`` is its share of the workload."""
+
+    name: str
+    m: int
+    dims: Mapping[str, int]
+    dtype: str
+    weight: float
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+
+def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
+    if not items:
+        raise _err(path, "workload", "expected at least one [[workload]] cell")
+    cells = []
+    names: set[str] = set()
+    for i, raw in enumerate(items):
+        where = f"workload[{i}]"
+        if not isinstance(raw, dict):
+            raise _err(path, where, "expected a table", raw)
+        r = _Reader(path, raw, where)
+        name = r.get("name", str)
+        if name in names:
+            raise _err(path, f"{where}.name", "duplicate cell name", name)
+        names.add(name)
+        m = r.get(BATCH_DIM, int)
+        if m < 1:
+            raise _err(path, f"{where}.{BATCH_DIM}", "expected an integer >= 1", m)
+        dtype = r.get("dtype", str)
+        if dtype not in FLOAT_DTYPES:
+            raise _err(path, f"{where}.dtype", f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", dtype)
+        weight = r.get("weight", (int, float), 1.0)
+        if not math.isfinite(weight) or weight <= 0:
+            raise _err(path, f"{where}.weight", "expected a positive number", weight)
+        devices = r.get("devices", list, ["cpu", "cuda"])
+        for j, d in enumerate(devices):
+            if d not in ("cpu", "cuda"):
+                raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
+        cell_dims = {}
+        for key, value in raw.items():
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
+                continue
+            if key not in dims:
+                raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _err(path, f"{where}.{key}", "expected a positive integer", value)
+            cell_dims[key] = value
+        for d in dims:
+            if d not in cell_dims:
+                raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
+    for device in ("cpu", "cuda"):
+        if not any(device in c.devices for c in cells):
+            raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
+    return tuple(cells)
