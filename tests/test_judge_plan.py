@@ -152,3 +152,15 @@ def test_watchdog_kills_the_child_and_says_why(tmp_path):
     quiet = run_sandboxed([sys.executable, "-c", "pass"], tmp_path, SandboxLimits(wall_seconds=60),
                           scrubbed_environment(workdir=tmp_path), watchdog=lambda: None)
     assert quiet.ok and quiet.watchdog_reason is None
+
+
+def test_phase_limits_follow_the_seed_and_the_machine_load():
+    from tik_agent.judge.evaluate import EvalOptions, Reference, _phase_limits
+
+    ref = Reference({}, {}, "", [], {"load": 2.0, "parity": 20.0})
+    quiet = _phase_limits(EvalOptions(), ref, {"load": 2.0, "parity": 3.0, "digests": 30.0}, 2)
+    assert quiet == {"load": 60.0, "parity": 115.0, "timing": 300.0, "recheck": 150.0}
+    loaded = _phase_limits(EvalOptions(), ref, {"load": 6.0, "parity": 3.0, "digests": 30.0}, 2)
+    assert loaded["parity"] == 5 * (20.0 * 3 + 3.0)  # start-up 3x slower than when the reference was made
+    assert _phase_limits(EvalOptions(timeout_s=30), ref, {}, 2) == {}  # --timeout: one fixed limit instead
+    assert _phase_limits(EvalOptions(), Reference({}, {}, "", [], {}), {}, 2)["parity"] == 900.0  # unmeasured

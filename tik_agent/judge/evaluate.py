@@ -317,8 +317,13 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
         return {}
     fixed = reference.phase_seconds
     parity = fixed.get("parity")
-    limits = {"load": derived_limit(fixed.get("load", seed_times.get("load"))),
-              "parity": derived_limit(None if parity is None else parity + seed_times.get("parity", 0.0))}
+    # A cached reference may have been timed on a quieter machine: start-up (the
+    # load phase) of this evaluation's seed worker against the reference's says
+    # how much slower the machine is now.
+    then, now = fixed.get("load"), seed_times.get("load")
+    slower = max(1.0, now / then) if then and now else 1.0
+    limits = {"load": derived_limit(max(filter(None, (then, now)), default=None)),
+              "parity": derived_limit(None if parity is None else parity * slower + seed_times.get("parity", 0.0))}
     if options.timing:
         digests = seed_times.get("digests")
         limits["timing"] = derived_limit(None if digests is None else digests * kernels)
