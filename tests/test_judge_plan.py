@@ -35,7 +35,8 @@ def test_every_bundled_seed_is_checked_above_its_largest_batch(name):
 def test_plans_differ_between_evaluations_and_never_reuse_an_input():
     spec = seeds.resolve("rmsnorm")
     plans = [draw_plan(spec, "cpu", 5, 1, ["candidate", "seed"]) for _ in range(8)]
-    assert {p.warmup for p in plans} <= {1, 2}
+    assert {p.warmup for p in plans} <= {0, 1}  # on the CPU: warmup or one fewer
+    assert {draw_plan(spec, "cuda", 5, 1, ["candidate", "seed"]).warmup for _ in range(8)} <= {1, 2}
     assert len({tuple(sorted(p.recheck_at.items())) for p in plans}) > 1
     for plan in plans:
         all_seeds = [s for cell in plan.seeds.values() for k in cell.values() for s in k]
