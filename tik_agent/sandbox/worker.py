@@ -36,6 +36,8 @@ from pathlib import Path
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
 PROGRESS_FILE = "progress"
+# Created by the parent when the seed's worker is done: timing starts only then.
+GATE_FILE = "gate"
 TRACE_LIMIT = 4000
 
 
@@ -78,6 +80,18 @@ def _progress(workdir: Path):
         tmp.replace(workdir / PROGRESS_FILE)
 
     return report
+
+
+def _gate(workdir: Path, timing: dict, progress):
+    def wait() -> None:
+        if timing.get("gate"):
+            import time
+
+            progress("waiting")
+            while not (workdir / timing["gate"]).exists():
+                time.sleep(0.05)
+
+    return wait
 
 
 def _run(request: dict, workdir: Path, result: dict) -> None:
@@ -136,7 +150,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         if request.get("parent_kernel"):
             kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
-            result["timing"] = time_kernels(spec, device, kernels, timing, progress)
+            result["timing"] = time_kernels(spec, device, kernels, timing, progress, _gate(workdir, timing, progress))
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
