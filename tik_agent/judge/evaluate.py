@@ -302,7 +302,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         cases = reference.cases + [c for c in extras if c.id in extra_outputs]
         expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras if c.id in extra_outputs})
         verdict = _judge(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
-        if verdict.passed and plan is not None:
+        if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
             failed = judge_timed_calls(plan, result["timing"].get("calls", {}), seed_result.get("digests", {}),
                                        box.dir / kernel)
             if failed is not None:
