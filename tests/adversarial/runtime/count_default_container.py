@@ -1,11 +1,10 @@
 # expect: integrity_failed [timed-call]
 """Counts its calls in a dict nested inside a default argument (a tuple, so it
-looks constant) and skips the work at the timing shape on
-the two parity calls on the first two calls after them (a warm-up and the
-first timed round when the warm-up count is 1): the output it returns there
-is the unwritten (poisoned) allocation, and the later calls, re-check
-included, compute.  Accepted by an evaluator that discards timed outputs and
-re-checks after the last round."""
+looks constant).  At the timing shape it computes on the two parity calls,
+then skips the work on the next two calls (a warm-up and the first timed
+round when the warm-up count is 1), returning the unwritten (poisoned)
+allocation, and computes again afterwards, re-check included.  Accepted by an
+evaluator that discards timed outputs and re-checks after the last round."""
 
 import torch
 import triton
