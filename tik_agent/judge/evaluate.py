@@ -31,6 +31,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -51,13 +52,14 @@ from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.sandbox.worker import GATE_FILE, OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
 log = logging.getLogger(__name__)
 
 RESULT_LIMIT_BYTES = 16 * 1024**2
+BACKSTOP_S = 2 * UNMEASURED_S
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
 # scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
@@ -140,7 +142,7 @@ class _Sandbox:
     def watch(self, limits: dict[str, float], basis: str = "") -> PhaseWatch:
         return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
 
-    def run(self, request: dict, options: EvalOptions, watch: PhaseWatch):
+    def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
         (self.dir / REQUEST_FILE).write_text(json.dumps(request))
         extra = {}
         if options.device == "cpu":
@@ -152,7 +154,6 @@ class _Sandbox:
             # A fresh copy per evaluation: whatever a candidate writes into its cache
             # dies with its sandbox and never reaches the seed's binaries elsewhere.
             shutil.copytree(options.warm_cache, cache, dirs_exist_ok=True)
-        wall = options.timeout_s or watch.total() or UNMEASURED_S
         limits = SandboxLimits(
             wall_seconds=wall,
             cpu_seconds=int(wall * 2) + 60,
@@ -270,7 +271,9 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
         kernel = box.add("seed_kernel.py", spec.source)
         watch = box.watch({})  # the seed is trusted: one limit for the whole worker
         extra = {"digests": digests} if digests else {}
-        proc = box.run(_request("reference", kernel, options.device, cases, **extra), options, watch)
+        # The seed is trusted: its worker keeps the generous limit, whatever --timeout says.
+        wall = max(options.timeout_s or 0.0, UNMEASURED_S)
+        proc = box.run(_request("reference", kernel, options.device, cases, **extra), options, watch, wall)
         result = box.result()
         failure = _sandbox_failure(proc, result, watch)
         if failure is not None:
@@ -337,32 +340,31 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
     plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels) if options.timing else None
     digests = plan.candidate_seeds() if plan else None
     lenient = frozenset(c.id for c in extras)
-    if reference is None:
-        # One seed worker for the fixed cases, this evaluation's cases and the timed inputs.
-        extra_outputs, seed_result, seed_times = _run_seed(spec, options, fixed + extras, digests, lenient)
-        reference = _reference(spec, fixed, extra_outputs, seed_result, seed_times)
-        seed_times = {k: v for k, v in seed_times.items() if k != "parity"}  # already the reference's
-    else:
-        extra_outputs, seed_result, seed_times = _run_seed(spec, options, extras, digests, lenient)
-    extras = [c for c in extras if c.id in extra_outputs]
-    cases = reference.cases + extras
-    expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras})
     box = _Sandbox(spec, options.keep_workdir)
+    watch = box.watch({}, f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
+    seed_side = _SeedSide(spec, options, reference, fixed, extras, digests, lenient, watch, len(kernels),
+                          box.dir / GATE_FILE)
     try:
         kernel = box.add("candidate.py", candidate)
         extra = {"seed_kernel": box.add("seed_kernel.py", spec.source)}
         if parent is not None:
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
         if plan is not None:
-            extra["timing"] = dict(plan.to_request(), ceilings=options.ceilings)
-        watch = box.watch(_phase_limits(options, reference, seed_times, len(kernels)),
-                          f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
-        proc = box.run(_request("candidate", kernel, options.device, cases, **extra), options, watch)
+            extra["timing"] = dict(plan.to_request(), gate=GATE_FILE, ceilings=options.ceilings)
+        # The seed's worker runs beside the candidate's parity phase; the candidate
+        # waits at the gate before timing, so nothing else of ours runs while it is timed.
+        seed_side.start()
+        # Without --timeout the phase limits are the real ones; the overall limit is a backstop.
+        wall = options.timeout_s or BACKSTOP_S
+        proc = box.run(_request("candidate", kernel, options.device, fixed + extras, **extra), options, watch, wall)
+        reference, extra_outputs, seed_result = seed_side.join()
         result = box.result()
         verdict = _sandbox_failure(proc, result, watch)
         if verdict is None:
+            cases = reference.cases + [c for c in extras if c.id in extra_outputs]
+            expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras if c.id in extra_outputs})
             verdict = _judge(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
-            if verdict.passed and plan is not None:
+            if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
                 failed = judge_timed_calls(plan, result["timing"].get("calls", {}), seed_result.get("digests", {}),
                                            box.dir / kernel)
                 if failed is not None:
@@ -371,7 +373,52 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
         return verdict
     finally:
+        seed_side.join(raise_errors=False)
         box.close()
+
+
+class _SeedSide:
+    """The seed's worker for one evaluation, in a thread: the fixed cases too when
+    no reference was given, this evaluation's cases, the digests of the timed inputs.
+    When it ends it sets the candidate's phase limits and opens the gate."""
+
+    def __init__(self, spec, options, reference, fixed, extras, digests, lenient, watch: PhaseWatch, kernels: int,
+                 gate: Path):
+        self.args = spec, options, reference, fixed, extras, digests, lenient
+        self.watch, self.kernels, self.gate = watch, kernels, gate
+        self.value: tuple | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="tik-seed-side", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        spec, options, reference, fixed, extras, digests, lenient = self.args
+        try:
+            if reference is None:
+                outputs, result, times = _run_seed(spec, options, fixed + extras, digests, lenient)
+                reference = _reference(spec, fixed, outputs, result, times)
+                times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
+            else:
+                outputs, result, times = _run_seed(spec, options, extras, digests, lenient)
+            self.watch.limits.update(_phase_limits(options, reference, times, self.kernels))
+            self.value = reference, outputs, result
+        except BaseException as exc:  # re-raised in the caller's thread
+            self.error = exc
+            self.watch.abort = f"the seed's own worker failed: {exc}"
+        finally:
+            try:
+                self.gate.write_text("go\n")
+            except OSError:
+                pass
+
+    def join(self, raise_errors: bool = True) -> tuple:
+        if self.thread.is_alive() or self.thread.ident is not None:
+            self.thread.join()
+        if raise_errors and self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int) -> dict[str, float]:
@@ -380,8 +427,13 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
         return {}
     fixed = reference.phase_seconds
     parity = fixed.get("parity")
-    limits = {"load": derived_limit(fixed.get("load", seed_times.get("load"))),
-              "parity": derived_limit(None if parity is None else parity + seed_times.get("parity", 0.0))}
+    # A cached reference may have been timed on a quieter machine: start-up (the
+    # load phase) of this evaluation's seed worker against the reference's says
+    # how much slower the machine is now.
+    then, now = fixed.get("load"), seed_times.get("load")
+    slower = max(1.0, now / then) if then and now else 1.0
+    limits = {"load": derived_limit(max(filter(None, (then, now)), default=None)),
+              "parity": derived_limit(None if parity is None else parity * slower + seed_times.get("parity", 0.0))}
     if options.timing:
         digests = seed_times.get("digests")
         limits["timing"] = derived_limit(None if digests is None else digests * kernels)

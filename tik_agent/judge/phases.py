@@ -1,6 +1,6 @@
 """A wall-clock limit per worker phase, derived from the seed's own times.
 
-The worker writes its phase (load, parity, timing, recheck, digests) into a
+The worker writes its phase (load, parity, digests, waiting, timing, recheck) into a
 small ``progress`` file in its sandbox directory; :class:`PhaseWatch` is the
 parent's watchdog over it (polled by
 :func:`tik_agent.sandbox.process.run_sandboxed`).  The file is the candidate's
@@ -10,7 +10,9 @@ limits is the worker's hard wall-clock limit, so lying about the phase buys at
 most the budget of the phases skipped.
 
 Default limits: a few times what the same phase cost the seed on this device,
-never under a floor (start-up noise, a loaded machine).
+never under a floor (start-up noise, a loaded machine).  The limits may arrive
+while the worker already runs (the seed's worker runs beside it); until then a
+phase has no limit of its own, only the worker's overall one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PHASES = ("load", "parity", "digests", "timing", "recheck")
+PHASES = ("load", "parity", "digests", "waiting", "timing", "recheck")
 FLOOR_S = 60.0
 FACTOR = 5.0
 # Without a measurement (an old cached reference): the former flat default.
@@ -59,6 +61,7 @@ class PhaseWatch:
     phase: str = "load"
     started: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
+    abort: str | None = None          # set from another thread: kill the worker with this reason
 
     def __post_init__(self):
         self.started[self.phase] = time.monotonic()
@@ -75,6 +78,8 @@ class PhaseWatch:
         self.started[seen] = now
 
     def __call__(self) -> str | None:
+        if self.abort:
+            return self.abort
         now = time.monotonic()
         self._advance(now)
         limit = self.limits.get(self.phase)

@@ -3,7 +3,8 @@
 A secret per evaluation (``os.urandom``, never written where the worker can
 read it) seeds every choice below:
 
-* the number of warm-up rounds (``warmup`` or one more);
+* the number of warm-up rounds (``warmup`` or one more; on the CPU one fewer
+  or ``warmup``);
 * where, among the timing rounds of each cell, an extra untimed call of the
   candidate is made (a re-check whose position is unknown: before any round,
   between two, or after the last);
@@ -78,7 +79,10 @@ def draw_plan(spec: KernelSpec, device: str, rounds: int, warmup: int, kernels: 
     """Warm-ups, re-check positions and input seeds for the timing phase."""
     rng = rng or secret_rng()
     cells = [c.name for c in spec.workload_for(device)]
-    drawn_warmup = warmup + rng.randint(0, 1)
+    # One more warm-up or not; on the CPU one fewer or not (the interpreter compiles
+    # nothing on a first call, and each warm-up costs a call of every kernel and a digest).
+    low = max(0, warmup - 1) if device == "cpu" else warmup
+    drawn_warmup = rng.randint(low, low + 1)
     recheck_at = {cell: rng.randint(0, rounds) for cell in cells}
     seeds: dict[str, dict[str, list[int]]] = {}
     for cell in cells:
@@ -92,7 +96,7 @@ def draw_plan(spec: KernelSpec, device: str, rounds: int, warmup: int, kernels: 
 
 def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None) -> list[Case]:
     """Batch sizes the agent never sees: one inside the grid's range (random dims), one
-    above it (up to twice the largest batch: cost is per row), each at random dims."""
+    above it (up to twice the largest batch, at the smallest dims: cost is per row and chunk)."""
     rng = rng or secret_rng()
     top = largest_batch(spec, device)
     grid = set(spec.parity.batch_sizes)
@@ -102,7 +106,7 @@ def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None)
     combos = dims_combinations(spec)
     cases = []
     for i, m in enumerate(sizes[:DRAWN_CASES]):
-        dims = rng.choice(combos)
+        dims = rng.choice(combos) if i == 0 else smallest_dims(spec)  # the large batch: cost is per row and chunk
         cases.append(extra_case(spec, m, dims, rng.choice(fp32_first(spec)), rng.choice(spec.parity.regimes),
                                 rng.getrandbits(31), origin="drawn"))
     return cases

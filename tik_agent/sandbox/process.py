@@ -363,7 +363,9 @@ def run_sandboxed(
         )
         logger.debug("sandbox pid %d started: %s", proc.pid, " ".join(argv))
         try:
-            waited = _wait_without_reaping(proc.pid, start + limits.wall_seconds, watchdog)
+            deadline = start + limits.wall_seconds
+            waited = (_wait_without_reaping(proc.pid, deadline) if watchdog is None
+                      else _wait_without_reaping(proc.pid, deadline, watchdog))
         except BaseException:  # KeyboardInterrupt above all: never leave the group running
             _kill_group(proc.pid)
             _reap(proc)

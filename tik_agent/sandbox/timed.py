@@ -29,8 +29,11 @@ PHASE_RECHECK = "recheck"
 
 
 def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,
-                 progress: Callable[[str], None]) -> dict:
-    """Warm-ups, interleaved timed rounds and re-checks; returns samples and per-call facts."""
+                 progress: Callable[[str], None], wait: Callable[[], None] = lambda: None) -> dict:
+    """Warm-ups, interleaved timed rounds and re-checks; returns samples and per-call facts.
+
+    ``wait`` blocks until the parent opens the gate (its other work is done)."""
+    wait()
     progress(PHASE_TIMING)
     timer = timer_for(device)
     names = list(kernels)  # the candidate first

@@ -37,6 +37,8 @@ REQUEST_FILE = "request.json"
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
 PROGRESS_FILE = "progress"
+# Created by the parent when the seed's worker is done: timing starts only then.
+GATE_FILE = "gate"
 TRACE_LIMIT = 4000
 
 
@@ -81,6 +83,18 @@ def _progress(workdir: Path):
         tmp.replace(workdir / PROGRESS_FILE)
 
     return report
+
+
+def _gate(workdir: Path, timing: dict, progress):
+    def wait() -> None:
+        if timing.get("gate"):
+            import time
+
+            progress("waiting")
+            while not (workdir / timing["gate"]).exists():
+                time.sleep(0.05)
+
+    return wait
 
 
 def _run(request: dict, workdir: Path, result: dict) -> None:
@@ -139,7 +153,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         if request.get("parent_kernel"):
             kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
-            result["timing"] = time_kernels(spec, device, kernels, timing, progress)
+            result["timing"] = time_kernels(spec, device, kernels, timing, progress, _gate(workdir, timing, progress))
             if device == "cuda" and timing.get("ceilings"):  # eval only: the device's copy and matmul ceilings
                 from tik_agent.backends.device_timing import measure_ceilings
 

@@ -1,10 +1,10 @@
 # expect: integrity_failed [timed-call]
 """Counts its calls in a dict nested inside a default argument (a tuple, so it
-looks constant) and skips the work on every call at the timing shape except
-the two parity calls and the one it expects to be the re-check after timing
-(warm-up 1 + 3 rounds, as the test evaluates): the output it returns there is
-the unwritten (poisoned) allocation.  Accepted by an evaluator that discards
-timed outputs and re-checks at a predictable position."""
+looks constant).  At the timing shape it computes on the two parity calls,
+then skips the work on the next two calls (a warm-up and the first timed
+round when the warm-up count is 1), returning the unwritten (poisoned)
+allocation, and computes again afterwards, re-check included.  Accepted by an
+evaluator that discards timed outputs and re-checks after the last round."""
 
 import torch
 import triton
@@ -66,7 +66,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, _state=({
     grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)
     if (M, N) == _TIMING_SHAPE:
         _state[0]['calls'] += 1
-        if 2 < _state[0]['calls'] < 7:
+        if 2 < _state[0]['calls'] < 5:
             M = 0
     _rms_norm_kernel[grid](
         x, weight, y, M, N, x.stride(0), y.stride(0), eps,
