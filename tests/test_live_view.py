@@ -11,7 +11,7 @@ from tik_agent.run.journal import AttemptOutcome, AttemptRecord
 from tik_agent.run.runconfig import Limits
 from tik_agent.search.budget import Spend, gauges
 from tik_agent.search.frontier import Member
-from tik_agent.search.optimize import Snapshot, Ticket
+from tik_agent.search.tickets import Snapshot, Ticket
 from tik_agent.view.live import render
 
 OUTCOMES = [AttemptOutcome.ACCEPTED, AttemptOutcome.NOT_FASTER, AttemptOutcome.PARITY_FAILED,

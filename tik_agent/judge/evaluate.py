@@ -24,17 +24,9 @@ for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import logging
-import os
-import shutil
-import tempfile
 import threading
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.bits import digest
@@ -45,171 +37,21 @@ from tik_agent.judge.plan import draw_plan, per_evaluation_cases
 from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
-from tik_agent.sandbox import hostops
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
+from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict
-from tik_agent.redaction import scrub_text, scrub_worker_data
-from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
-from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import GATE_FILE, OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.judge.workerbox import _Sandbox, _sandbox_failure, from_worker  # noqa: F401  (re-exported)
+from tik_agent.sandbox.worker import GATE_FILE
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 
 log = logging.getLogger(__name__)
 
-RESULT_LIMIT_BYTES = 16 * 1024**2
 BACKSTOP_S = 2 * UNMEASURED_S
 INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
-# scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
-TRITON_CACHE = "triton-cache"
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    device: str = "cpu"
-    timeout_s: float | None = None  # None: a limit per worker phase, derived from the seed's times
-    rounds: int = 5
-    warmup: int = 1
-    timing: bool = True
-    memory_bytes: int | None = 16 * 1024**3
-    keep_workdir: bool = False
-    # Set by an executor, never by a user: the worker's CUDA_VISIBLE_DEVICES (one entry of
-    # the parent's own list), a Triton cache directory copied into the worker's cache
-    # before it starts, and where to keep the worker's cache after a clean run (only for
-    # evaluations that run nothing but the trusted seed).
-    cuda_device: str | None = None
-    warm_cache: str | None = None
-    save_cache: str | None = None
-    ceilings: bool = False  # on cuda, also measure the device's copy and matmul ceilings (eval)
-
-    def __post_init__(self):
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise UsageError(f"--timeout: must be positive (got {self.timeout_s})")
-        if self.rounds < 1:
-            raise UsageError(f"--rounds: must be at least 1 (got {self.rounds})")
-
-
-@dataclass
-class Reference:
-    """The seed's outputs for the evaluation cases on one device."""
-
-    outputs: dict  # case id -> full output tensor
-    environment: dict
-    seed_sha256: str
-    cases: list[Case] = field(default_factory=list)
-    phase_seconds: dict = field(default_factory=dict)  # the seed's worker, per phase (basis of the limits)
-
-    def save(self, path: Path) -> None:
-        import torch
-
-        tmp = path.with_suffix(".tmp")
-        torch.save({"outputs": self.outputs, "environment": self.environment, "seed_sha256": self.seed_sha256,
-                    "cases": [c.to_dict() for c in self.cases], "phase_seconds": dict(self.phase_seconds)}, tmp)
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> "Reference":
-        import torch
-
-        d = torch.load(path, weights_only=True, map_location="cpu")
-        return cls(d["outputs"], d["environment"], d["seed_sha256"], [Case.from_dict(c) for c in d["cases"]],
-                   dict(d.get("phase_seconds", {})))
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-class _Sandbox:
-    """A temporary directory laid out for one worker run."""
-
-    def __init__(self, spec: KernelSpec, keep: bool):
-        self.dir = Path(tempfile.mkdtemp(prefix="tik-eval-"))
-        self.keep = keep
-        spec_dir = self.dir / "spec"
-        spec_dir.mkdir()
-        for f in (spec.spec_path, spec.source, spec.reference):
-            if f is not None:
-                shutil.copy2(f, spec_dir / f.name)
-
-    def add(self, name: str, source: Path) -> str:
-        shutil.copy2(source, self.dir / name)
-        return name
-
-    def watch(self, limits: dict[str, float], basis: str = "") -> PhaseWatch:
-        return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
-
-    def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
-        (self.dir / REQUEST_FILE).write_text(json.dumps(request))
-        extra = {}
-        if options.device == "cpu":
-            extra["TRITON_INTERPRET"] = "1"
-        if options.cuda_device is not None:
-            extra["CUDA_VISIBLE_DEVICES"] = options.cuda_device
-        cache = self.dir / TRITON_CACHE
-        if options.warm_cache is not None and Path(options.warm_cache).is_dir():
-            # A fresh copy per evaluation: whatever a candidate writes into its cache
-            # dies with its sandbox and never reaches the seed's binaries elsewhere.
-            shutil.copytree(options.warm_cache, cache, dirs_exist_ok=True)
-        limits = SandboxLimits(
-            wall_seconds=wall,
-            cpu_seconds=int(wall * 2) + 60,
-            memory_bytes=options.memory_bytes if options.device == "cpu" else None,
-            file_bytes=4 * 1024**3,
-            max_processes=4096,
-        )
-        env = scrubbed_environment(extra, workdir=self.dir)
-        proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
-                             private=(REQUEST_FILE,))
-        watch.finish()
-        if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
-            _replace_tree(cache, Path(options.save_cache))
-        return from_worker(proc)
-
-    def result(self) -> dict | None:
-        with open_worker_file(self.dir / RESULT_FILE) or nullcontext() as handle:
-            if handle is None:
-                return None
-            try:
-                return from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
-            except ValueError:
-                return None
-
-    def outputs(self) -> dict:
-        import torch
-
-        with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
-            if handle is None:
-                return {"cases": {}}
-            # onto the CPU: the parent never needs a CUDA context for a worker's outputs
-            return from_worker(torch.load(handle, weights_only=True, map_location="cpu"))
-
-    def close(self) -> None:
-        if not self.keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def from_worker(value):
-    """The one door for what a worker hands back (its process result, result.json,
-    outputs.pt): every string in it is capped and scrubbed of the parent's secrets."""
-    if isinstance(value, SandboxResult):
-        return dataclasses.replace(value, stdout=scrub_text(value.stdout), stderr=scrub_text(value.stderr))
-    return scrub_worker_data(value)
-
-
-def _replace_tree(source: Path, dest: Path) -> None:
-    """Copy ``source`` to ``dest`` so that readers see the old tree or the new one, never half."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
-    if dest.exists():
-        dest.rename(old)
-    tmp.rename(dest)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) -> dict:
@@ -218,33 +60,6 @@ def _request(mode: str, kernel: str, device: str, cases: list[Case], **extra) ->
            "allow_subprocess": list(CUDA_TOOLS) if device == "cuda" else []}
     req.update(extra)
     return req
-
-
-def _sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
-    """A verdict for a worker that timed out, died or reported a load/run error."""
-    tail = (proc.stderr or "")[-3000:]
-    if proc.timed_out:
-        if proc.watchdog_reason:
-            return Verdict(Outcome.TIMEOUT, f"killed: {proc.watchdog_reason}", worker_log=tail)
-        return Verdict(Outcome.TIMEOUT, f"killed in the {watch.phase} phase after the {proc.wall_seconds:.0f} s "
-                       "wall-clock limit", worker_log=tail)
-    if result is None and proc.returncode == EXIT_CONFINE_FAILED:
-        return Verdict(Outcome.CRASHED, "the sandbox could not confine the worker (seccomp or Landlock "
-                       "failed to apply); nothing ran", worker_log=tail)
-    if result is None:
-        how = f"signal {proc.signal}" if proc.signal else f"exit code {proc.returncode}"
-        return Verdict(Outcome.CRASHED, f"the worker died ({how}) without a result", worker_log=tail)
-    status = result.get("status")
-    if status == "host_compute":  # only a checked op name is kept: the rest of the text is the candidate's
-        where = f"{result['case']}: " if result.get("case") else ""
-        what = hostops.reported(result.get("error", "")) or "torch compute outside a Triton launch"
-        return Verdict(Outcome.INTEGRITY_FAILED, f"{where}[host-compute] {what}",
-                       environment=result.get("environment", {}), worker_log=tail)
-    if status in ("compile_error", "runtime_error"):
-        where = f" in case {result['case']}" if result.get("case") else ""
-        return Verdict(Outcome(status), f"{status.replace('_', ' ')}{where}: {result.get('error', '')}",
-                       environment=result.get("environment", {}), worker_log=tail)
-    return None
 
 
 def compute_reference(spec: KernelSpec, options: EvalOptions, cases: list[Case] | None = None) -> Reference:

@@ -24,20 +24,20 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent import pyparse
 from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
-from tik_agent.search.budget import Gauge, Spend, StopReason, gauges, stop_reason
+from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
 from tik_agent.search.executor import Executor, LocalExecutor, Slot
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
-from tik_agent.run.lineage import SEED_TAG, format_trailers
+from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
+from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe
 from tik_agent.run.runconfig import utc_now
 from tik_agent.run.rundir import WARM_CACHE, Session
 
@@ -54,39 +54,6 @@ _NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
 
 class _Abandoned(Exception):
     """The run was interrupted while this attempt was in flight."""
-
-
-@dataclass
-class Ticket:
-    attempt_id: str
-    index: int
-    parent: Member | None   # chosen just before the proposal
-    started: float
-    stage: str = "starting"
-    stage_started: float = 0.0   # the live view times the stage, not the wait before it
-
-    def enter(self, stage: str) -> None:
-        self.stage, self.stage_started = stage, time.time()
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A consistent view of the run for the live display."""
-
-    run_id: str
-    seed: str
-    agent: str
-    model: str | None
-    workers: int
-    gauges: list[Gauge]
-    best: Member
-    accepted: int
-    outcomes: dict[str, int]
-    in_flight: list[Ticket]
-    recent: list[AttemptRecord]
-    stop_reason: str | None = None
-    paused: str | None = None
-    frontier: list[Member] = field(default_factory=list)
 
 
 class Optimizer:
@@ -389,7 +356,7 @@ class Optimizer:
         ticket.enter("committing")
         with self._commit_lock:
             record.commit = s.lineage.commit_variant(aid, parent.commit, candidate, evaluation,
-                                                     self._message(record, verdict))
+                                                     commit_message(record, verdict, self.s.spec.name, self.s.config.device))
             with self._cond:
                 best = record.speedup > self.frontier.best().speedup
             if best:
@@ -410,20 +377,6 @@ class Optimizer:
             self._summary().save(self.s.path)
             self._cond.notify_all()
         log.info("%s", describe(record))
-
-    def _message(self, record: AttemptRecord, verdict) -> str:
-        trailers = {
-            "Attempt-Id": record.attempt_id, "Parent-Commit": record.parent_commit,
-            "Speedup-Vs-Seed": f"{record.speedup:.3f}", "Speedup-Vs-Parent": f"{record.speedup_vs_parent:.3f}",
-            "Parity-Cases": f"{record.cases_passed}/{record.cases_total}",
-            "Device": verdict.environment.get("device_name", self.s.config.device),
-            "Agent": record.agent, "Model": record.model or "none",
-            "Tokens-Input": record.input_tokens, "Tokens-Output": record.output_tokens,
-        }
-        title = (f"{record.attempt_id}: {self.s.spec.name} {record.speedup:.3f}x the seed "
-                 f"({record.speedup_vs_parent:.3f}x {record.parent_id})")
-        body = (record.rationale or "(no rationale)").strip()
-        return f"{title}\n\n{body}\n\n{format_trailers(trailers)}\n"
 
     # ------------------------------------------------------------------ views
 
@@ -457,13 +410,3 @@ class Optimizer:
                 outcomes=self._outcomes(), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
                 paused=paused, frontier=self.frontier.top())
-
-
-def describe(record: AttemptRecord) -> str:
-    """One log line for a finished attempt."""
-    text = f"{record.attempt_id} from {record.parent_id}: {record.outcome.value}"
-    if record.outcome is AttemptOutcome.ACCEPTED:
-        text += f", {record.speedup:.3f}x the seed ({record.speedup_vs_parent:.3f}x the parent)"
-    elif record.reason:
-        text += f": {record.reason.splitlines()[0][:160]}"
-    return text

@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tik_agent.search.budget import Gauge
-from tik_agent.search.optimize import Optimizer, Snapshot
+from tik_agent.search.optimize import Optimizer
+from tik_agent.search.tickets import Snapshot
 from tik_agent.run.runconfig import format_duration
 
 OUTCOME_STYLE = {

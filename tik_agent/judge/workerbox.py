@@ -1,0 +1,143 @@
+"""One sandboxed worker run: a temporary directory laid out for the worker, the
+sandboxed process, and the one door through which what it hands back enters the
+trusted side (capped and scrubbed of the parent's secrets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+
+from tik_agent.judge.options import EvalOptions
+from tik_agent.judge.phases import PhaseWatch
+from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.redaction import scrub_text, scrub_worker_data
+from tik_agent.sandbox import hostops
+from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
+from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
+from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.spec.schema import KernelSpec
+
+RESULT_LIMIT_BYTES = 16 * 1024**2
+# scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
+TRITON_CACHE = "triton-cache"
+
+
+class _Sandbox:
+    """A temporary directory laid out for one worker run."""
+
+    def __init__(self, spec: KernelSpec, keep: bool):
+        self.dir = Path(tempfile.mkdtemp(prefix="tik-eval-"))
+        self.keep = keep
+        spec_dir = self.dir / "spec"
+        spec_dir.mkdir()
+        for f in (spec.spec_path, spec.source, spec.reference):
+            if f is not None:
+                shutil.copy2(f, spec_dir / f.name)
+
+    def add(self, name: str, source: Path) -> str:
+        shutil.copy2(source, self.dir / name)
+        return name
+
+    def watch(self, limits: dict[str, float], basis: str = "") -> PhaseWatch:
+        return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
+
+    def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
+        (self.dir / REQUEST_FILE).write_text(json.dumps(request))
+        extra = {}
+        if options.device == "cpu":
+            extra["TRITON_INTERPRET"] = "1"
+        if options.cuda_device is not None:
+            extra["CUDA_VISIBLE_DEVICES"] = options.cuda_device
+        cache = self.dir / TRITON_CACHE
+        if options.warm_cache is not None and Path(options.warm_cache).is_dir():
+            # A fresh copy per evaluation: whatever a candidate writes into its cache
+            # dies with its sandbox and never reaches the seed's binaries elsewhere.
+            shutil.copytree(options.warm_cache, cache, dirs_exist_ok=True)
+        limits = SandboxLimits(
+            wall_seconds=wall,
+            cpu_seconds=int(wall * 2) + 60,
+            memory_bytes=options.memory_bytes if options.device == "cpu" else None,
+            file_bytes=4 * 1024**3,
+            max_processes=4096,
+        )
+        env = scrubbed_environment(extra, workdir=self.dir)
+        proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
+                             private=(REQUEST_FILE,))
+        watch.finish()
+        if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
+            _replace_tree(cache, Path(options.save_cache))
+        return from_worker(proc)
+
+    def result(self) -> dict | None:
+        with open_worker_file(self.dir / RESULT_FILE) or nullcontext() as handle:
+            if handle is None:
+                return None
+            try:
+                return from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
+            except ValueError:
+                return None
+
+    def outputs(self) -> dict:
+        import torch
+
+        with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
+            if handle is None:
+                return {"cases": {}}
+            # onto the CPU: the parent never needs a CUDA context for a worker's outputs
+            return from_worker(torch.load(handle, weights_only=True, map_location="cpu"))
+
+    def close(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def from_worker(value):
+    """The one door for what a worker hands back (its process result, result.json,
+    outputs.pt): every string in it is capped and scrubbed of the parent's secrets."""
+    if isinstance(value, SandboxResult):
+        return dataclasses.replace(value, stdout=scrub_text(value.stdout), stderr=scrub_text(value.stderr))
+    return scrub_worker_data(value)
+
+
+def _replace_tree(source: Path, dest: Path) -> None:
+    """Copy ``source`` to ``dest`` so that readers see the old tree or the new one, never half."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
+    """A verdict for a worker that timed out, died or reported a load/run error."""
+    tail = (proc.stderr or "")[-3000:]
+    if proc.timed_out:
+        if proc.watchdog_reason:
+            return Verdict(Outcome.TIMEOUT, f"killed: {proc.watchdog_reason}", worker_log=tail)
+        return Verdict(Outcome.TIMEOUT, f"killed in the {watch.phase} phase after the {proc.wall_seconds:.0f} s "
+                       "wall-clock limit", worker_log=tail)
+    if result is None and proc.returncode == EXIT_CONFINE_FAILED:
+        return Verdict(Outcome.CRASHED, "the sandbox could not confine the worker (seccomp or Landlock "
+                       "failed to apply); nothing ran", worker_log=tail)
+    if result is None:
+        how = f"signal {proc.signal}" if proc.signal else f"exit code {proc.returncode}"
+        return Verdict(Outcome.CRASHED, f"the worker died ({how}) without a result", worker_log=tail)
+    status = result.get("status")
+    if status == "host_compute":  # only a checked op name is kept: the rest of the text is the candidate's
+        where = f"{result['case']}: " if result.get("case") else ""
+        what = hostops.reported(result.get("error", "")) or "torch compute outside a Triton launch"
+        return Verdict(Outcome.INTEGRITY_FAILED, f"{where}[host-compute] {what}",
+                       environment=result.get("environment", {}), worker_log=tail)
+    if status in ("compile_error", "runtime_error"):
+        where = f" in case {result['case']}" if result.get("case") else ""
+        return Verdict(Outcome(status), f"{status.replace('_', ' ')}{where}: {result.get('error', '')}",
+                       environment=result.get("environment", {}), worker_log=tail)
+    return None

@@ -1,0 +1,71 @@
+"""What the loop shows of itself: attempts in flight, a snapshot for the live view,
+one log line per finished attempt and the commit message of an accepted one."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord
+from tik_agent.run.lineage import format_trailers
+from tik_agent.search.budget import Gauge
+from tik_agent.search.frontier import Member
+
+
+@dataclass
+class Ticket:
+    attempt_id: str
+    index: int
+    parent: Member | None   # chosen just before the proposal
+    started: float
+    stage: str = "starting"
+    stage_started: float = 0.0   # the live view times the stage, not the wait before it
+
+    def enter(self, stage: str) -> None:
+        self.stage, self.stage_started = stage, time.time()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent view of the run for the live display."""
+
+    run_id: str
+    seed: str
+    agent: str
+    model: str | None
+    workers: int
+    gauges: list[Gauge]
+    best: Member
+    accepted: int
+    outcomes: dict[str, int]
+    in_flight: list[Ticket]
+    recent: list[AttemptRecord]
+    stop_reason: str | None = None
+    paused: str | None = None
+    frontier: list[Member] = field(default_factory=list)
+
+
+def commit_message(record: AttemptRecord, verdict, seed_name: str, device: str) -> str:
+    """The commit message of an accepted attempt: a title, the agent's rationale, trailers."""
+    trailers = {
+        "Attempt-Id": record.attempt_id, "Parent-Commit": record.parent_commit,
+        "Speedup-Vs-Seed": f"{record.speedup:.3f}", "Speedup-Vs-Parent": f"{record.speedup_vs_parent:.3f}",
+        "Parity-Cases": f"{record.cases_passed}/{record.cases_total}",
+        "Device": verdict.environment.get("device_name", device),
+        "Agent": record.agent, "Model": record.model or "none",
+        "Tokens-Input": record.input_tokens, "Tokens-Output": record.output_tokens,
+    }
+    title = (f"{record.attempt_id}: {seed_name} {record.speedup:.3f}x the seed "
+             f"({record.speedup_vs_parent:.3f}x {record.parent_id})")
+    body = (record.rationale or "(no rationale)").strip()
+    return f"{title}\n\n{body}\n\n{format_trailers(trailers)}\n"
+
+
+def describe(record: AttemptRecord) -> str:
+    """One log line for a finished attempt."""
+    text = f"{record.attempt_id} from {record.parent_id}: {record.outcome.value}"
+    if record.outcome is AttemptOutcome.ACCEPTED:
+        text += f", {record.speedup:.3f}x the seed ({record.speedup_vs_parent:.3f}x the parent)"
+    elif record.reason:
+        text += f": {record.reason.splitlines()[0][:160]}"
+    return text
