@@ -1,6 +1,6 @@
 """Host compute caught at run time: the host-ops mode around every judged call.
 
-The runtime corpus (tests/adversarial/runtime) holds rmsnorm variants whose host
+The host-compute corpus (tests/adversarial/hostops) holds rmsnorm variants whose host
 edit the static rules reject; with those rules out of the way, only the mode
 stands between them and an accepted verdict, which the negative controls show.
 """
@@ -20,7 +20,7 @@ from tik_agent.sandbox.harness import guarded_call, load_entry, load_seed_entry
 from tik_agent.sandbox.static import check_source
 from tik_agent.spec.seeds import resolve
 
-RUNTIME = sorted((Path(__file__).parent / "adversarial" / "runtime").glob("*.py"))
+RUNTIME = sorted((Path(__file__).parent / "adversarial" / "hostops").glob("*.py"))
 SEED_INPUTS = {
     "rmsnorm": lambda: [torch.randn(3, 40), torch.randn(40)],
     "logprobs": lambda: [torch.randn(3, 40), torch.tensor([0, 7, 39])],
