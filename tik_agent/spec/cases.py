@@ -262,8 +262,13 @@ def fp32_first(spec: KernelSpec) -> list[str]:
 
 
 def above_grid_sizes(spec: KernelSpec, device: str) -> list[int]:
+    """Row seeds on the CPU meet 65, 128 and 257 rows; otherwise L+1, 2L and 4L+1 for the
+    largest batch L.  In the sequences layout a batch entry is a whole sequence (its
+    invariance case re-runs every token in about 20 launches), so the CPU uses the
+    relative rule there too: 257 attention sequences would cost the interpreter hours."""
     top = largest_batch(spec, device)
-    sizes = set(CPU_ABOVE_GRID) if device == "cpu" and top < CPU_ABOVE_GRID[0] else {top + 1, 2 * top, 4 * top + 1}
+    fixed = device == "cpu" and top < CPU_ABOVE_GRID[0] and spec.layout != "sequences"
+    sizes = set(CPU_ABOVE_GRID) if fixed else {top + 1, 2 * top, 4 * top + 1}
     return sorted(m for m in sizes if top < m <= MAX_BATCH.get(device, MAX_BATCH["cuda"]))
 
 
