@@ -32,6 +32,14 @@ def test_every_bundled_seed_is_checked_above_its_largest_batch(name):
     assert above_grid_sizes(spec, "cuda")[0] == largest_batch(spec, "cuda") + 1
 
 
+def test_sequence_seeds_get_one_size_above_their_largest_batch_on_the_cpu():
+    spec = seeds.resolve("attention")
+    top = largest_batch(spec, "cpu")
+    assert above_grid_sizes(spec, "cpu") == [top + 1]
+    assert {c.m for c in drawn_cases(spec, "cpu")} <= set(range(1, top + 2))
+    assert above_grid_sizes(spec, "cuda")[0] == largest_batch(spec, "cuda") + 1  # the GPU keeps the relative rule
+
+
 def test_plans_differ_between_evaluations_and_never_reuse_an_input():
     spec = seeds.resolve("rmsnorm")
     plans = [draw_plan(spec, "cpu", 5, 1, ["candidate", "seed"]) for _ in range(8)]

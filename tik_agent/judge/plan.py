@@ -102,6 +102,8 @@ def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None)
     grid = set(spec.parity.batch_sizes)
     inside = [m for m in range(2, top + 1) if m not in grid] or list(range(1, top + 1))
     above_hi = min(2 * top, MAX_BATCH.get(device, MAX_BATCH["cuda"]))
+    if spec.layout == "sequences" and device == "cpu":  # a batch entry is a whole sequence (see above_grid_sizes)
+        above_hi = top + 1
     sizes = [rng.choice(inside), rng.randint(top + 1, max(top + 1, above_hi))]
     combos = dims_combinations(spec)
     cases = []

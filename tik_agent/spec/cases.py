@@ -263,12 +263,17 @@ def fp32_first(spec: KernelSpec) -> list[str]:
 
 def above_grid_sizes(spec: KernelSpec, device: str) -> list[int]:
     """Row seeds on the CPU meet 65, 128 and 257 rows; otherwise L+1, 2L and 4L+1 for the
-    largest batch L.  In the sequences layout a batch entry is a whole sequence (its
-    invariance case re-runs every token in about 20 launches), so the CPU uses the
-    relative rule there too: 257 attention sequences would cost the interpreter hours."""
+    largest batch L.  In the sequences layout a batch entry is a whole sequence whose
+    invariance case re-runs every token in about 20 launches: under the interpreter
+    one size above the largest batch (L+1) is what an evaluation can afford (257
+    attention sequences would cost hours); on a GPU the relative rule holds."""
     top = largest_batch(spec, device)
-    fixed = device == "cpu" and top < CPU_ABOVE_GRID[0] and spec.layout != "sequences"
-    sizes = set(CPU_ABOVE_GRID) if fixed else {top + 1, 2 * top, 4 * top + 1}
+    if spec.layout == "sequences" and device == "cpu":
+        sizes = {top + 1}
+    elif device == "cpu" and top < CPU_ABOVE_GRID[0]:
+        sizes = set(CPU_ABOVE_GRID)
+    else:
+        sizes = {top + 1, 2 * top, 4 * top + 1}
     return sorted(m for m in sizes if top < m <= MAX_BATCH.get(device, MAX_BATCH["cuda"]))
 
 
