@@ -9,7 +9,9 @@ import pytest
 from optimize_helpers import FASTER, NEUTRAL, ScriptedAgent, run, template  # noqa: F401 (fixtures)
 
 from tik_agent.errors import UsageError
+from tik_agent.errors import SpecError
 from tik_agent.judge import evaluate as evaluate_mod
+from tik_agent.judge import workerbox as workerbox_mod
 from tik_agent.judge.evaluate import EvalOptions, evaluate
 from tik_agent.judge.records import Outcome
 from tik_agent.run import rundir
@@ -101,32 +103,37 @@ def test_the_worker_gets_its_gpu_and_a_fresh_copy_of_the_warm_cache(tmp_path, mo
     saved = tmp_path / "saved"
     calls = []
 
-    def fake_run(argv, workdir, limits, env):
+    def fake_run(argv, workdir, limits, env, **_):
         cache = Path(env["TRITON_CACHE_DIR"])
         calls.append((env.get("CUDA_VISIBLE_DEVICES"), (cache / "ab12" / "kernel.cubin").read_bytes()))
         (cache / "ab12" / "kernel.cubin").write_bytes(b"poisoned by the candidate")
         return SandboxResult(0, False, None, 0.1, "", "")
 
-    monkeypatch.setattr(evaluate_mod, "run_sandboxed", fake_run)
+    monkeypatch.setattr(workerbox_mod, "run_sandboxed", fake_run)
     spec = resolve("rmsnorm")
     reference = evaluate_mod.Reference({}, {}, "", [])
     options = EvalOptions(device="cpu", timing=False, cuda_device="GPU-77aa", warm_cache=str(warm))
+    # The fake runs nothing, so the first worker of each evaluation (the seed's, for the
+    # drawn cases) comes back without a result: bad input, raised before the candidate's.
     for _ in range(2):
-        verdict = evaluate(spec, spec.source, options, reference=reference)
-        assert verdict.outcome is Outcome.CRASHED  # no result file: the fake ran nothing
+        with pytest.raises(SpecError):
+            evaluate(spec, spec.source, options, reference=reference)
     # each evaluation saw the seed's binary, never what the previous sandbox wrote
-    assert calls == [("GPU-77aa", b"seed binary")] * 2
+    # (each evaluation may start the seed's worker beside the candidate's: every worker counts)
+    assert len(calls) >= 2 and all(call == ("GPU-77aa", b"seed binary") for call in calls)
     assert (warm / "ab12" / "kernel.cubin").read_bytes() == b"seed binary"
-    evaluate(spec, spec.source, EvalOptions(device="cpu", timing=False, save_cache=str(saved), warm_cache=str(warm)),
-             reference=reference)
+    with pytest.raises(SpecError):
+        evaluate(spec, spec.source, EvalOptions(device="cpu", timing=False, save_cache=str(saved),
+                                                warm_cache=str(warm)), reference=reference)
     assert (saved / "ab12" / "kernel.cubin").read_bytes() == b"poisoned by the candidate"  # kept as the worker left it
     no_pin = []
-    monkeypatch.setattr(evaluate_mod, "run_sandboxed",
-                        lambda argv, workdir, limits, env: no_pin.append(env.get("CUDA_VISIBLE_DEVICES", "unset"))
+    monkeypatch.setattr(workerbox_mod, "run_sandboxed",
+                        lambda argv, workdir, limits, env, **_: no_pin.append(env.get("CUDA_VISIBLE_DEVICES", "unset"))
                         or SandboxResult(1, False, None, 0.1, "", ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    evaluate(spec, spec.source, EvalOptions(device="cpu", timing=False), reference=reference)
-    assert no_pin == ["3"]  # unpinned evaluations keep the parent's list, as before
+    with pytest.raises(SpecError):
+        evaluate(spec, spec.source, EvalOptions(device="cpu", timing=False), reference=reference)
+    assert no_pin and set(no_pin) == {"3"}  # unpinned evaluations keep the parent's list, as before
 
 
 def test_an_attempt_is_evaluated_and_confirmed_on_one_gpu(run):
