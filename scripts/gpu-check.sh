@@ -26,6 +26,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 REHEARSE=0
 [ "${1:-}" = "--rehearse" ] && REHEARSE=1
 PY=${PYTHON:-python3}
+# the steps run from a scratch folder: a relative interpreter path must not break them
+case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
 OUT=$(mkdir -p "${OUT:-gpu-check-out}" && cd "${OUT:-gpu-check-out}" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
