@@ -25,6 +25,9 @@ def test_seed_against_itself_on_cuda(name):
     verdict = evaluate(spec, spec.source, EvalOptions(device="cuda", rounds=5, memory_bytes=None))
     assert verdict.passed, verdict.reason
     assert verdict.environment["device"] == "cuda" and verdict.environment["driver"]
+    # the graph replays decide: per-call samples of at least MIN_SAMPLES replays, each call its own inputs
+    assert verdict.timer.startswith("cuda graph replay"), verdict.timer
+    assert all(row["candidate"]["n"] >= 20 and row["device"]["calls"] >= 2 for row in verdict.timing)
 
 
 def test_batch_variant_candidate_is_caught_on_cuda(tmp_path):
@@ -46,6 +49,6 @@ def test_graph_replay_timer_on_the_device():
 
     x = [torch.randn(256, 4096, device="cuda") for _ in range(4)]
     m = measure_cell(TorchGraphBackend(), {"a": lambda s: s * 2.0, "b": lambda s: s + 1.0}, x,
-                     x[0].numel() * 4 * 2, 60 * 1024**2, 3, 0.01)
+                     x[0].numel() * 4 * 2, 60 * 1024**2, 3)
     assert all(len(v) == MIN_SAMPLES and min(v) > 0 for v in m.samples_ms.values())
     assert m.launch_overhead_us["a"] > -5.0  # eager calls cannot be much faster than their replay

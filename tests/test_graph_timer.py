@@ -10,7 +10,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from tik_agent.backends.graph_timer import (MIN_SAMPLES, CellMeasurement, choose_calls, measure_cell,
+from tik_agent.backends.graph_timer import (MIN_SAMPLES, CellMeasurement, choose_calls, graph_calls, measure_cell,
                                             round_orders, sets_needed, tensor_bytes)
 from tik_agent.cli import eval_commands
 from tik_agent.judge.records import Outcome, Verdict
@@ -33,7 +33,7 @@ class FakeGPU:
     def capture(self, fn, sets, calls):
         name = fn(None)
         self.captured[name] = (len(sets), calls)
-        return name
+        return name, [name] * calls
 
     def _noise(self):
         return 1.0 + self.rng.uniform(-self.jitter, self.jitter)
@@ -69,6 +69,8 @@ def test_calls_cover_every_set_and_a_long_enough_replay():
     assert choose_calls(0.005, sets=1000) == 1000   # every set at least once
     assert choose_calls(5.0, sets=3) == 3
     assert choose_calls(0.0, sets=3) == 4096
+    assert graph_calls(512 * 1024, L2, 0.025) == 241   # each call its own set: 2 L2s of sets, the longer ask
+    assert graph_calls(512 * 1024, L2, 0.001) == 2000  # 2 ms of 1 us calls
 
 
 def test_rounds_alternate_so_no_kernel_always_goes_first_or_last():
@@ -84,7 +86,7 @@ def test_rounds_alternate_so_no_kernel_always_goes_first_or_last():
 def test_measure_cell_reports_the_kernel_and_the_launch_overhead_apart():
     gpu = FakeGPU({"candidate": 4.0, "seed": 8.0}, launch_us=20.0)
     m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 300, set_bytes=512 * 1024, l2_bytes=L2,
-                     rounds=5, single_call_ms=0.025)
+                     rounds=5)
     assert isinstance(m, CellMeasurement)
     assert m.calls == 300 and gpu.captured == {"candidate": (300, 300), "seed": (300, 300)}
     assert m.l2_cold  # 300 x 512 KiB > 2 x 60 MiB
@@ -100,17 +102,30 @@ def test_measure_cell_reports_the_kernel_and_the_launch_overhead_apart():
 def test_fake_noise_gives_the_true_speedup_within_the_spread():
     gpu = FakeGPU({"candidate": 6.0, "seed": 9.0, "parent": 7.5}, launch_us=3.0, jitter=0.05, seed=3)
     m = measure_cell(gpu, kernels("candidate", "seed", "parent"), sets=[None] * 8, set_bytes=64 * 1024**2,
-                     l2_bytes=L2, rounds=30, single_call_ms=0.009)
+                     l2_bytes=L2, rounds=30)
     assert len(m.samples_ms["seed"]) == 30
     s, c = stats(m.samples_ms["seed"]), stats(m.samples_ms["candidate"])
     assert s.median_ms / c.median_ms == pytest.approx(1.5, rel=0.05)
     assert m.launch_overhead_us["candidate"] == pytest.approx(0.0, abs=0.5)  # kernel-bound: no overhead to see
 
 
+def test_hooks_refill_before_every_replay_and_see_every_round():
+    gpu = FakeGPU({"candidate": 2.0, "seed": 3.0}, launch_us=1.0)
+    events = []
+    m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 3, set_bytes=1024, l2_bytes=L2, rounds=4,
+                     before=lambda name, r: events.append(("fill", name, r)),
+                     after_round=lambda r, outs: events.append(("round", r, sorted(outs), len(outs["seed"]))),
+                     min_samples=4)
+    assert m.calls == 3 and all(len(v) == 4 for v in m.samples_ms.values())  # min_samples lowers the floor
+    fills = [e for e in events if e[0] == "fill"]
+    assert len(fills) == 8 and [e[2] for e in fills] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [e for e in events if e[0] == "round"] == [("round", r, ["candidate", "seed"], 3) for r in range(4)]
+    assert events.index(("round", 0, ["candidate", "seed"], 3)) == 2  # after both replays of round 0
+
+
 def test_a_small_rotation_is_not_called_cold():
     gpu = FakeGPU({"candidate": 1.0}, launch_us=1.0)
-    m = measure_cell(gpu, kernels("candidate"), sets=[None] * 2, set_bytes=1024, l2_bytes=L2, rounds=1,
-                     single_call_ms=1.0)
+    m = measure_cell(gpu, kernels("candidate"), sets=[None] * 2, set_bytes=1024, l2_bytes=L2, rounds=1)
     assert not m.l2_cold
 
 
@@ -148,8 +163,7 @@ def test_eval_table_shows_microseconds_launch_and_share_of_the_copy_ceiling():
 
 def test_samples_feed_the_existing_statistics():
     gpu = FakeGPU({"candidate": 5.0, "seed": 10.0}, launch_us=1.0)
-    m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 4, set_bytes=10**8, l2_bytes=L2, rounds=3,
-                     single_call_ms=0.01)
+    m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 4, set_bytes=10**8, l2_bytes=L2, rounds=3)
     from tik_agent.judge.timing import CellTiming
 
     cell = CellTiming("c", "s", 1.0, stats(m.samples_ms["seed"]), stats(m.samples_ms["candidate"]))

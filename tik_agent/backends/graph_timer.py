@@ -1,15 +1,18 @@
 """Device timing that measures the kernel: CUDA-graph replay in alternating rounds.
 
 For each workload cell, every kernel (candidate, seed, parent) is captured once
-in a CUDA graph of ``calls`` calls that rotate over input sets generated on the
-device and together larger than the L2 cache, so that no call finds its inputs
-in L2 from the call before.  The graphs are replayed in rounds whose order
-alternates (rotated, then reversed), at least :data:`MIN_SAMPLES` replays per
-kernel and cell; a sample is one replay's device time divided by ``calls``, so
-the host's launch cost (the Python wrapper, ``torch.empty``, Triton's launcher)
-is not in it.  That cost is measured apart, as the per-call time of the same
-calls launched eagerly minus the replayed time, and reported separately.  SM
-clocks are read before and after each cell.
+in a CUDA graph of ``calls`` calls, each call on its own input set (no call of a
+replay sees inputs another call of it saw, so a kernel cannot skip work it
+already did), the sets together larger than the L2 cache.  The graphs are
+replayed in rounds whose order alternates (rotated, then reversed), at least
+:data:`MIN_SAMPLES` replays per kernel and cell; before every replay the
+caller's ``before`` hook may rewrite the inputs (outside the timed region), and
+after every round its ``after_round`` hook sees each kernel's outputs.  A
+sample is one replay's device time divided by ``calls``, so the host's launch
+cost (the Python wrapper, ``torch.empty``, Triton's launcher) is not in it.
+That cost is measured apart, as the per-call time of the same calls launched
+eagerly minus the replayed time, and reported separately.  SM clocks are read
+before and after each cell.
 
 The arithmetic (:func:`measure_cell` and the helpers above it) runs on any
 :class:`GraphBackend`, so it is tested on the CPU with a fake clock;
@@ -34,8 +37,9 @@ NAME = "cuda graph replay (rotating inputs > L2, launch overhead apart)"
 
 
 class GraphBackend(Protocol):
-    def capture(self, fn: Callable[[Any], Any], sets: Sequence[Any], calls: int) -> Any:
-        """A replayable graph of ``calls`` calls, call i on ``sets[i % len(sets)]``."""
+    def capture(self, fn: Callable[[Any], Any], sets: Sequence[Any], calls: int) -> tuple[Any, list]:
+        """A replayable graph of ``calls`` calls, call i on ``sets[i % len(sets)]``, and the
+        outputs of those calls (which every replay writes anew)."""
         ...
 
     def replay_ms(self, graph: Any) -> float:
@@ -62,6 +66,13 @@ def choose_calls(single_call_ms: float, sets: int, *, target_ms: float = TARGET_
     """Calls per graph: every set at least once, and a replay of about ``target_ms``."""
     by_time = math.ceil(target_ms / single_call_ms) if single_call_ms > 0 else cap
     return max(1, min(cap, max(sets, by_time)))
+
+
+def graph_calls(set_bytes: int, l2_bytes: int, single_call_ms: float, *, max_bytes: int = MAX_SET_BYTES) -> int:
+    """Calls per graph, each on its own input set: more than two L2s of sets, a replay of
+    about :data:`TARGET_REPLAY_MS`, within ``max_bytes`` of sets (at least two calls)."""
+    want = choose_calls(single_call_ms, sets_needed(set_bytes, l2_bytes, max_bytes=max_bytes))
+    return max(2, min(want, max_bytes // max(set_bytes, 1)))
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
@@ -96,23 +107,33 @@ class CellMeasurement:
 
 
 def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequence[Any], set_bytes: int,
-                 l2_bytes: int, rounds: int, single_call_ms: float) -> CellMeasurement:
-    """Capture each kernel, replay in alternating rounds, measure the launch overhead apart."""
-    calls = choose_calls(single_call_ms, len(sets))
-    graphs = {name: backend.capture(fn, sets, calls) for name, fn in kernels.items()}
-    before = backend.clocks()
+                 l2_bytes: int, rounds: int, *, before: Callable[[str, int], None] | None = None,
+                 after_round: Callable[[int, dict[str, list]], None] | None = None,
+                 min_samples: int = MIN_SAMPLES) -> CellMeasurement:
+    """Capture each kernel (one call per set), replay in alternating rounds, measure the launch
+    overhead apart.  ``before(kernel, round)`` runs before each replay, ``after_round(round,
+    outputs)`` after each round with every kernel's captured outputs; neither is timed."""
+    calls = len(sets)
+    captured = {name: backend.capture(fn, sets, calls) for name, fn in kernels.items()}
+    graphs = {name: c[0] for name, c in captured.items()}
+    outputs = {name: c[1] for name, c in captured.items()}
+    clocks_before = backend.clocks()
     samples: dict[str, list[float]] = {name: [] for name in kernels}
     order_log: list[str] = []
-    for order in round_orders(list(kernels), max(rounds, MIN_SAMPLES)):
+    for r, order in enumerate(round_orders(list(kernels), max(rounds, min_samples))):
         for name in order:
+            if before is not None:
+                before(name, r)
             samples[name].append(backend.replay_ms(graphs[name]) / calls)
             order_log.append(name)
+        if after_round is not None:
+            after_round(r, outputs)
     overhead = {}
     for name, fn in kernels.items():
         eager = statistics.median(backend.eager_ms(fn, sets, calls) / calls for _ in range(EAGER_REPEATS))
         overhead[name] = (eager - statistics.median(samples[name])) * 1e3
     return CellMeasurement(calls, len(sets), set_bytes, len(sets) * set_bytes > L2_FACTOR * l2_bytes, samples,
-                           overhead, before, backend.clocks(), order_log)
+                           overhead, clocks_before, backend.clocks(), order_log)
 
 
 def tensor_bytes(values: Any) -> int:
@@ -150,10 +171,9 @@ class TorchGraphBackend:
         self._warm(fn, sets)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self.stream):
-            for i in range(calls):
-                fn(sets[i % len(sets)])
+            outputs = [fn(sets[i % len(sets)]) for i in range(calls)]
         torch.cuda.synchronize()
-        return graph
+        return graph, outputs
 
     def _events(self, body) -> float:
         torch = self.torch
@@ -200,3 +220,48 @@ def _nvml_handle(torch):
 
 def l2_bytes(torch) -> int:
     return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+class EagerReplayBackend:
+    """A stand-in for CUDA graphs on any device (the CPU interpreter's rehearsal, tests):
+    a "capture" runs each call once and keeps its outputs; a "replay" runs the same calls
+    again and copies their results into those outputs, as a graph's replay rewrites its
+    own buffers.  Timed with the wall clock; it exercises every step but the device."""
+
+    def capture(self, fn, sets, calls):
+        graph = [(fn, sets[i % len(sets)]) for i in range(calls)]
+        outputs = [fn(s) for _, s in graph]
+        return (graph, outputs), outputs
+
+    def replay_ms(self, graph) -> float:
+        import time
+
+        calls, outputs = graph
+        start = time.perf_counter()
+        fresh = [fn(s) for fn, s in calls]
+        took = (time.perf_counter() - start) * 1e3
+        for old, new in zip(outputs, fresh):
+            _copy_into(old, new)
+        return took
+
+    def eager_ms(self, fn, sets, calls) -> float:
+        import time
+
+        start = time.perf_counter()
+        for i in range(calls):
+            fn(sets[i % len(sets)])
+        return (time.perf_counter() - start) * 1e3
+
+    def clocks(self) -> dict:
+        return {}
+
+
+def _copy_into(old, new) -> None:
+    """A replay writes where the capture's outputs live; an output of another shape leaves
+    them as they were (stale, so the comparison after the round fails)."""
+    if isinstance(old, (tuple, list)) and isinstance(new, (tuple, list)):
+        for o, n in zip(old, new):
+            _copy_into(o, n)
+    elif hasattr(old, "copy_") and hasattr(new, "shape") and tuple(old.shape) == tuple(new.shape) \
+            and old.dtype == new.dtype:
+        old.copy_(new)

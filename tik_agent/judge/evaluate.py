@@ -14,9 +14,12 @@ Order of events, each a wall against a way evaluators get fooled:
    the seed's outputs on the new cases and its digests on the timed inputs;
 4. the candidate's worker: its parity outputs before any seed code is loaded,
    then interleaved timing against the seed (and the parent), every call of
-   the candidate digested, then a re-check per cell;
+   the candidate digested, then a re-check per cell; on cuda then the graph
+   phase (:mod:`tik_agent.sandbox.graphs`), whose replays decide the speedup;
 5. the trusted side judges bits, invariance, determinism, launches and input
-   digests, every timed call against the seed, then the timing rules.
+   digests, every timed call against the seed, every graph replay against the
+   seed graph and the digested ones against the seed's own worker
+   (:mod:`tik_agent.judge.graphcheck`), then the timing rules.
 
 Each worker phase has its own wall-clock limit, a few times the seed's time
 for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
@@ -24,12 +27,15 @@ for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from pathlib import Path
 
+from tik_agent.backends.graph_timer import MIN_SAMPLES
 from tik_agent.bits import digest
+from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
 from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
@@ -75,7 +81,8 @@ def _reference(spec: KernelSpec, cases: list[Case], outputs: dict, result: dict,
 
 
 def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests: dict | None = None,
-              lenient: frozenset[str] = frozenset()) -> tuple[dict[str, CaseOutputs], dict, dict]:
+              lenient: frozenset[str] = frozenset(), graph: dict | None = None
+              ) -> tuple[dict[str, CaseOutputs], dict, dict]:
     """The seed in a worker over ``cases`` (and the timed inputs ``digests``), judged against itself.
 
     A case the seed fails is bad input (SpecError), unless its id is in
@@ -86,6 +93,8 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
         kernel = box.add("seed_kernel.py", spec.source)
         watch = box.watch({})  # the seed is trusted: one limit for the whole worker
         extra = {"digests": digests} if digests else {}
+        if graph:
+            extra["graph"] = graph
         # The seed is trusted: its worker keeps the generous limit, whatever --timeout says.
         wall = max(options.timeout_s or 0.0, UNMEASURED_S)
         proc = box.run(_request("reference", kernel, options.device, cases, **extra), options, watch, wall)
@@ -152,13 +161,16 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
     known = {c.id for c in fixed}
     extras = [c for c in per_evaluation_cases(spec, options.device, batch_sizes_around(literals)) if c.id not in known]
     kernels = ["candidate", "seed"] + (["parent"] if parent is not None else [])
-    plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels) if options.timing else None
+    graph_rounds = (max(options.rounds, MIN_SAMPLES) if options.device == "cuda" else options.rounds) \
+        if options.graph_phase else None
+    plan = draw_plan(spec, options.device, options.rounds, options.warmup, kernels,
+                     graph_rounds=graph_rounds) if options.timing else None
     digests = plan.candidate_seeds() if plan else None
     lenient = frozenset(c.id for c in extras)
     box = _Sandbox(spec, options.keep_workdir)
     watch = box.watch({}, f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
     seed_side = _SeedSide(spec, options, reference, fixed, extras, digests, lenient, watch, len(kernels),
-                          box.dir / GATE_FILE)
+                          box.dir / GATE_FILE, plan.graph if plan else None)
     try:
         kernel = box.add("candidate.py", candidate)
         extra = {"seed_kernel": box.add("seed_kernel.py", spec.source)}
@@ -182,6 +194,9 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
                 failed = judge_timed_calls(plan, result["timing"].get("calls", {}), seed_result.get("digests", {}),
                                            box.dir / kernel)
+                if failed is None and plan.graph is not None:
+                    failed = judge_graph(plan.graph, result["timing"].get("graph", {}), seed_result.get("graph", {}),
+                                         box.dir / kernel)
                 if failed is not None:
                     verdict.outcome, verdict.reason = failed.outcome, failed.reason
                     verdict.speedup = verdict.speedup_vs_parent = verdict.speedup_vs_parent_low = None
@@ -198,9 +213,9 @@ class _SeedSide:
     When it ends it sets the candidate's phase limits and opens the gate."""
 
     def __init__(self, spec, options, reference, fixed, extras, digests, lenient, watch: PhaseWatch, kernels: int,
-                 gate: Path):
+                 gate: Path, graph: dict | None = None):
         self.args = spec, options, reference, fixed, extras, digests, lenient
-        self.watch, self.kernels, self.gate = watch, kernels, gate
+        self.watch, self.kernels, self.gate, self.graph = watch, kernels, gate, graph
         self.value: tuple | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="tik-seed-side", daemon=True)
@@ -212,21 +227,30 @@ class _SeedSide:
         spec, options, reference, fixed, extras, digests, lenient = self.args
         try:
             if reference is None:
-                outputs, result, times = _run_seed(spec, options, fixed + extras, digests, lenient)
+                outputs, result, times = _run_seed(spec, options, fixed + extras, digests, lenient, self.graph)
                 reference = _reference(spec, fixed, outputs, result, times)
                 times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
             else:
-                outputs, result, times = _run_seed(spec, options, extras, digests, lenient)
-            self.watch.limits.update(_phase_limits(options, reference, times, self.kernels))
+                outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph)
+            self.watch.limits.update(_phase_limits(options, reference, times, self.kernels, self.graph))
             self.value = reference, outputs, result
         except BaseException as exc:  # re-raised in the caller's thread
             self.error = exc
             self.watch.abort = f"the seed's own worker failed: {exc}"
         finally:
-            try:
-                self.gate.write_text("go\n")
-            except OSError:
-                pass
+            self._open_gate()
+
+    def _open_gate(self) -> None:
+        """The gate holds what the candidate's worker needs from the seed's: the number of
+        calls per graph of each cell (chosen by trusted code). Written whole, then renamed."""
+        seed_result = self.value[2] if self.value else {}
+        calls = {cell: g["calls"] for cell, g in (seed_result.get("graph") or {}).items()}
+        try:
+            tmp = self.gate.with_name(self.gate.name + ".tmp")
+            tmp.write_text(json.dumps({"graph_calls": calls}))
+            tmp.replace(self.gate)
+        except OSError:
+            pass
 
     def join(self, raise_errors: bool = True) -> tuple:
         if self.thread.is_alive() or self.thread.ident is not None:
@@ -236,7 +260,8 @@ class _SeedSide:
         return self.value
 
 
-def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int) -> dict[str, float]:
+def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int,
+                  graph: dict | None = None) -> dict[str, float]:
     """Per-phase limits for the candidate's worker; none when ``--timeout`` fixes one."""
     if options.timeout_s is not None:
         return {}
@@ -253,6 +278,13 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
         digests = seed_times.get("digests")
         limits["timing"] = derived_limit(None if digests is None else digests * kernels)
         limits["recheck"] = derived_limit(digests)
+    if graph:
+        # The seed's worker ran each cell's digested rounds (two calls per slot); the candidate's
+        # captures and replays every kernel once per round, plus the eager overhead calls.
+        seed_graphs = seed_times.get("graphs")
+        rounds = max(len(g["fill"]) for g in graph.values())
+        checked = max(1, min(len(g["checked"]) for g in graph.values()))
+        limits["graphs"] = derived_limit(None if seed_graphs is None else seed_graphs * kernels * (rounds + 4) / checked)
     return limits
 
 
@@ -275,6 +307,9 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
     timing = result.get("timing")
     if not timing:
         return Verdict(Outcome.PASSED, None, cases=cases, environment=env)
+    if timing.get("graph"):  # the graph replays decide; the per-call samples were the checks' occasion
+        timing = dict(timing, samples=timing["graph"]["samples"], timer=timing["graph"]["timer"],
+                      cells=timing["graph"]["cells"])
     cells = _cells(spec, device, timing["samples"])
     verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
                       timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)

@@ -29,6 +29,13 @@ class EvalOptions:
     warm_cache: str | None = None
     save_cache: str | None = None
     ceilings: bool = False  # on cuda, also measure the device's copy and matmul ceilings (eval)
+    # The graph phase decides speedups on cuda (CUDA-graph replay); None: on cuda only.
+    # True elsewhere runs it with the eager stand-in (the GPU check's rehearsal, tests).
+    graphs: bool | None = None
+
+    @property
+    def graph_phase(self) -> bool:
+        return self.timing and (self.device == "cuda" if self.graphs is None else self.graphs)
 
     def __post_init__(self):
         if self.timeout_s is not None and self.timeout_s <= 0:

@@ -1,6 +1,6 @@
 """A wall-clock limit per worker phase, derived from the seed's own times.
 
-The worker writes its phase (load, parity, digests, waiting, timing, recheck) into a
+The worker writes its phase (load, parity, digests, waiting, timing, recheck, graphs) into a
 small ``progress`` file in its sandbox directory; :class:`PhaseWatch` is the
 parent's watchdog over it (polled by
 :func:`tik_agent.sandbox.process.run_sandboxed`).  The file is the candidate's
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PHASES = ("load", "parity", "digests", "waiting", "timing", "recheck")
+PHASES = ("load", "parity", "digests", "waiting", "timing", "recheck", "graphs")
 FLOOR_S = 60.0
 FACTOR = 5.0
 # Without a measurement (an old cached reference): the former flat default.

@@ -11,7 +11,10 @@ read it) seeds every choice below:
 * the inputs of every call (their case seeds), for the candidate and for the
   kernels it is timed against: the worker gets seeds, never the secret;
 * a few batch sizes the agent was never shown (one inside the grid's range,
-  one above it), at random dims, dtype and regime.
+  one above it), at random dims, dtype and regime;
+* for the graph phase (cuda, or its CPU rehearsal): each cell's base seed, the
+  fill seed of every replay round and the rounds whose outputs are digested
+  (:data:`GRAPH_CHECKED` of them).
 
 The worker digests the candidate's output of every call; the seed's digests on
 the same inputs come from a separate reference worker
@@ -29,6 +32,7 @@ from tik_agent.spec.cases import (MAX_BATCH, Case, dims_combinations, extra_case
 from tik_agent.spec.schema import KernelSpec
 
 DRAWN_CASES = 2
+GRAPH_CHECKED = 2
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class EvalPlan:
     recheck_at: dict[str, int]                # cell -> the round the extra re-check precedes (== rounds: after the last)
     seeds: dict[str, dict[str, list[int]]]    # cell -> kernel -> input seeds in call order
     extra_cases: list[Case] = field(default_factory=list)
+    graph: dict[str, dict] | None = None      # cell -> {"base", "fill": [seed per round], "checked": [rounds]}
 
     def slots(self, cell: str) -> list[CallSlot]:
         """The candidate's calls in one cell, in the order the worker makes them."""
@@ -63,8 +68,11 @@ class EvalPlan:
         return [CallSlot(i + 1, kind, rnd) for i, (kind, rnd) in enumerate(kinds)]
 
     def to_request(self) -> dict:
-        return {"rounds": self.rounds, "warmup": self.warmup, "recheck_at": dict(self.recheck_at),
-                "seeds": {c: {k: list(v) for k, v in s.items()} for c, s in self.seeds.items()}}
+        req = {"rounds": self.rounds, "warmup": self.warmup, "recheck_at": dict(self.recheck_at),
+               "seeds": {c: {k: list(v) for k, v in s.items()} for c, s in self.seeds.items()}}
+        if self.graph is not None:
+            req["graph"] = {c: dict(g) for c, g in self.graph.items()}
+        return req
 
     def candidate_seeds(self) -> dict[str, list[int]]:
         return {cell: list(s["candidate"]) for cell, s in self.seeds.items()}
@@ -75,8 +83,9 @@ def secret_rng() -> random.Random:
 
 
 def draw_plan(spec: KernelSpec, device: str, rounds: int, warmup: int, kernels: list[str],
-              rng: random.Random | None = None) -> EvalPlan:
-    """Warm-ups, re-check positions and input seeds for the timing phase."""
+              rng: random.Random | None = None, graph_rounds: int | None = None) -> EvalPlan:
+    """Warm-ups, re-check positions and input seeds for the timing phase; with ``graph_rounds``
+    also the graph phase's seeds (that many replay rounds per cell)."""
     rng = rng or secret_rng()
     cells = [c.name for c in spec.workload_for(device)]
     # One more warm-up or not; on the CPU one fewer or not (the interpreter compiles
@@ -91,7 +100,12 @@ def draw_plan(spec: KernelSpec, device: str, rounds: int, warmup: int, kernels: 
             calls = drawn_warmup + rounds + (1 if name == "candidate" else 0)
             per_kernel[name] = [rng.getrandbits(62) for _ in range(calls)]
         seeds[cell] = per_kernel
-    return EvalPlan(rounds, drawn_warmup, recheck_at, seeds)
+    graph = None
+    if graph_rounds:
+        graph = {cell: {"base": rng.getrandbits(62), "fill": [rng.getrandbits(62) for _ in range(graph_rounds)],
+                        "checked": sorted(rng.sample(range(graph_rounds), min(GRAPH_CHECKED, graph_rounds)))}
+                 for cell in cells}
+    return EvalPlan(rounds, drawn_warmup, recheck_at, seeds, graph=graph)
 
 
 def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None) -> list[Case]:

@@ -9,13 +9,17 @@ Modes:
 
 * ``reference``: load the seed, run every parity case, save the outputs;
   when the request lists timing inputs (``digests``), also digest the seed's
-  output on each of them (the trusted half of the timed-call check).
+  output on each of them (the trusted half of the timed-call check); with a
+  ``graph`` plan, choose each cell's calls per graph and digest the seed's
+  outputs of the digested rounds (:func:`tik_agent.sandbox.graphs.reference`).
 * ``candidate``: load the candidate, run every parity case *before* the seed
   is loaded (the seed's outputs never exist in this process, so freed memory
   cannot hand them to the candidate), save the outputs; then, when timing is
   requested, load the seed (and the parent) and time them side by side with
   the candidate in interleaved rounds, keeping a digest of the candidate's
-  output of every call (:mod:`tik_agent.sandbox.timed`).
+  output of every call (:mod:`tik_agent.sandbox.timed`); with a ``graph``
+  plan, then the graph phase (:mod:`tik_agent.sandbox.graphs`), its calls per
+  graph read from the gate the parent opens.
 
 The request is deleted as soon as it is read (it holds the secret plan's
 seeds).  The worker reports its phase (load, parity, timing, recheck, digests)
@@ -147,6 +151,11 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     if request.get("digests"):
         progress("digests")
         result["digests"] = seed_digests(spec, device, entry, request["digests"])
+    if request.get("graph"):
+        from tik_agent.sandbox.graphs import PHASE_GRAPHS, reference
+
+        progress(PHASE_GRAPHS)
+        result["graph"] = reference(spec, device, entry, request["graph"])
     timing = request.get("timing")
     if timing:
         kernels = {"candidate": entry, "seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
@@ -154,6 +163,11 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
             kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
             result["timing"] = time_kernels(spec, device, kernels, timing, progress, _gate(workdir, timing, progress))
+            if timing.get("graph"):
+                from tik_agent.sandbox.graphs import graph_phase
+
+                calls = json.loads((workdir / timing["gate"]).read_text())["graph_calls"]
+                result["timing"]["graph"] = graph_phase(spec, device, kernels, timing["graph"], calls, progress)
             if device == "cuda" and timing.get("ceilings"):  # eval only: the device's copy and matmul ceilings
                 from tik_agent.backends.device_timing import measure_ceilings
 

@@ -1,0 +1,161 @@
+"""The graph phase of a worker: the timing that decides speedups on a GPU.
+
+Runs inside a sandbox worker after the per-call phase (:mod:`tik_agent.sandbox.timed`).
+For each workload cell the trusted plan gives a base seed (the cell's non-float
+inputs), one fill seed per round and the rounds whose outputs are digested; the
+seed's own worker has chosen the number of calls per graph (:func:`reference`).
+Every kernel is captured with one call per input slot, through the host-ops mode
+with its launches recorded.  Before every replay the slots are refilled from the
+round's seed (the same for every kernel of a round, so each replay starts from
+the same state); after every round each of the candidate's outputs is compared in
+bits with the seed graph's on the same inputs, and in the digested rounds its
+outputs and its inputs are kept for the parent, who compares them with what the
+seed's own worker computed (:mod:`tik_agent.judge.graphcheck`).
+
+The stand-in backend (:class:`~tik_agent.backends.graph_timer.EagerReplayBackend`)
+runs the same phase on the CPU interpreter: the GPU check's rehearsal and tests.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Callable
+
+from tik_agent.backends.graph_sets import InputSlots, same_bits
+from tik_agent.backends.graph_timer import (DEFAULT_L2_BYTES, EagerReplayBackend, NAME, graph_calls,
+                                            measure_cell, tensor_bytes)
+from tik_agent.bits import output_digest
+from tik_agent.sandbox import hostops, launches
+from tik_agent.sandbox.harness import poisoned_allocations
+from tik_agent.spec.cases import make_inputs, workload_case
+
+PHASE_GRAPHS = "graphs"
+REHEARSAL_CALLS = 2
+REHEARSAL_NAME = "eager replay stand-in for cuda graphs (rehearsal: wall clock)"
+
+
+def backend_for(device: str):
+    """The real graphs on cuda, the stand-in elsewhere; with the L2 size the sets must exceed."""
+    if device == "cuda":
+        import torch
+
+        from tik_agent.backends.graph_timer import TorchGraphBackend, l2_bytes
+
+        return TorchGraphBackend(), l2_bytes(torch), NAME
+    return EagerReplayBackend(), DEFAULT_L2_BYTES, REHEARSAL_NAME
+
+
+def _slots(spec, cell, device: str, base_seed: int, calls: int) -> InputSlots:
+    return InputSlots(make_inputs(spec, workload_case(cell, int(base_seed)), device), calls)
+
+
+def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
+    """The seed's side, in its own worker: per cell the number of calls per graph and the
+    digests of the seed's output on each slot of each digested round."""
+    import time
+
+    kwargs = dict(spec.kwargs)
+    _, l2, _ = backend_for(device)
+    out = {}
+    for cell in spec.workload_for(device):
+        g = graph[cell.name]
+        probe = make_inputs(spec, workload_case(cell, int(g["base"])), device)
+        seed(*probe, **kwargs)
+        _sync(device)
+        start = time.perf_counter()
+        result = seed(*probe, **kwargs)
+        _sync(device)
+        single_ms = (time.perf_counter() - start) * 1e3
+        set_bytes = tensor_bytes(probe) + tensor_bytes(result)
+        calls = graph_calls(set_bytes, l2, single_ms) if device == "cuda" else REHEARSAL_CALLS
+        slots = _slots(spec, cell, device, g["base"], calls)
+        digests = {}
+        for r in g["checked"]:
+            slots.fill(g["fill"][r])
+            digests[str(r)] = [output_digest(seed(*s, **kwargs)) for s in slots.sets]
+        out[cell.name] = {"calls": calls, "digests": digests, "set_bytes": set_bytes}
+        del slots
+    return out
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _watched(fn: Callable, kwargs: dict, seen: Counter, poison: bool) -> Callable:
+    """A kernel as the graph calls it: in the host-ops mode, its launches counted.
+
+    The stand-in re-runs calls eagerly, so what an output it never writes holds is
+    whatever the allocator hands back (the seed's answer, freed a moment before):
+    there it is poisoned, as in parity.  A real graph's outputs live in its own
+    pool, where an unwritten element keeps the last replay's value on other inputs."""
+
+    def call(inputs):
+        with launches.recording() as rec, hostops.watching():
+            if poison:
+                with poisoned_allocations(0):
+                    out = fn(*inputs, **kwargs)
+            else:
+                out = fn(*inputs, **kwargs)
+        seen.update(rec)
+        return out
+
+    return call
+
+
+def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, calls: dict,
+                progress: Callable[[str], None]) -> dict:
+    """Capture, replay and check every workload cell; samples are milliseconds per call."""
+    progress(PHASE_GRAPHS)
+    backend, l2, name = backend_for(device)
+    kwargs = dict(spec.kwargs)
+    result: dict = {"timer": name, "samples": {}, "cells": {}, "checked": {}, "mismatch": {}, "launches": {},
+                    "calls": {}, "l2_bytes": l2}
+    for cell in spec.workload_for(device):
+        g = graph[cell.name]
+        n = int(calls[cell.name])
+        slots = _slots(spec, cell, device, g["base"], n)
+        seen = {k: Counter() for k in kernels}
+        fns = {k: _watched(fn, kwargs, seen[k], poison=device != "cuda") for k, fn in kernels.items()}
+        checked: dict[str, dict] = {}
+        mismatch: list = []
+
+        def before(_kernel: str, r: int, g=g, slots=slots) -> None:
+            slots.fill(g["fill"][r])
+
+        out_bytes: list[int] = []
+
+        def after_round(r: int, outputs: dict, g=g, slots=slots, checked=checked, mismatch=mismatch,
+                        out_bytes=out_bytes) -> None:
+            cand, ref = outputs["candidate"], outputs["seed"]
+            if not out_bytes:
+                out_bytes.append(tensor_bytes(ref[0]) if ref else 0)
+            if not mismatch:
+                bad = next((j for j, (a, b) in enumerate(zip(cand, ref)) if not same_bits(a, b)), None)
+                if bad is not None:
+                    mismatch.extend([r, bad])
+            if r in g["checked"]:
+                checked[str(r)] = {"out": [output_digest(o) for o in cand],
+                                   "inputs_changed": slots.changed(g["fill"][r])}
+
+        m = measure_cell(backend, fns, slots.sets, slots.set_bytes, l2, len(g["fill"]), before=before,
+                         after_round=after_round, min_samples=len(g["fill"]))
+        result["samples"][cell.name] = m.samples_ms
+        detail = m.detail()
+        detail["bytes"] = slots.set_bytes + (out_bytes[0] if out_bytes else 0)  # read and written per call
+        detail["median_us"] = {k: statistics.median(v) * 1e3 for k, v in m.samples_ms.items()}
+        result["cells"][cell.name] = detail
+        result["checked"][cell.name] = checked
+        result["mismatch"][cell.name] = mismatch or None
+        result["launches"][cell.name] = dict(seen["candidate"])
+        result["calls"][cell.name] = n
+        del slots, fns
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+    return result
