@@ -161,6 +161,15 @@ def test_eval_table_shows_microseconds_launch_and_share_of_the_copy_ceiling():
     assert "candidate us" in text and "launch us" not in text and "GB/s" not in text
 
 
+def test_eval_table_shows_tflops_where_the_spec_gives_flops():
+    v = _verdict({"copy_gbps": 4000.0, "bf16_tflops": 800.0})
+    v.timing[0]["device"]["flops"] = 2 * 16 * 10**12 // 1000  # 32 GFLOP in 40 us: 800 TFLOP/s
+    text = _render(eval_commands.timing_table(v))
+    assert "TFLOP/s" in text and "% of mm" in text and "800.0" in text and "100%" in text
+    text = _render(eval_commands.timing_table(_verdict(None)))
+    assert "TFLOP/s" not in text  # no flops given: no column
+
+
 def test_samples_feed_the_existing_statistics():
     gpu = FakeGPU({"candidate": 5.0, "seed": 10.0}, launch_us=1.0)
     m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 4, set_bytes=10**8, l2_bytes=L2, rounds=3)

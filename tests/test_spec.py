@@ -35,6 +35,9 @@ def test_bundled_specs_load():
         ('ROWS_PER_PROGRAM = { values = [1, 2, 4, 8, 16], safe_on = ["cpu"] }', "ROWS_PER_PROGRAM = [1, 2]\nBLOCK_Q = [1]", "tunables.BLOCK_Q: kernel.py has no module-level constant"),
         ("[tolerance.float16]\nrtol = 2e-3", "[tolerance.float16]\nrtol = -1.0", "tolerance.float16.rtol: expected a finite number >= 0"),
         ('name = "decode"\nM = 4\nN = 4096', 'name = "decode"\nM = 4', "workload[0].N: missing"),
+        ('name = "decode"\nM = 4\n', 'name = "decode"\nflops = "2 * M ** N"\nM = 4\n', "workload[0].flops: only +, *"),
+        ('name = "decode"\nM = 4\n', 'name = "decode"\nflops = "4 * Q"\nM = 4\n', "workload[0].flops: only +, *"),
+        ('name = "decode"\nM = 4\n', 'name = "decode"\nflops = 12\nM = 4\n', "workload[0].flops: expected an expression"),
         ("[kwargs]\neps = 1e-6", "[kwargs]\nepsilon = 1e-6", "kwargs.epsilon: rms_norm has no such parameter"),
         ("[parity]", "[parityy]\n[parity]", "parityy: unknown field"),
     ],
@@ -45,6 +48,13 @@ def test_malformed_spec_names_field(seed_dir, old, new, expected):
         load_spec(seed_dir)
     assert str(seed_dir / "spec.toml") in str(info.value)
     assert expected in str(info.value)
+
+
+def test_a_cell_gives_its_flops_as_an_expression_of_its_dims(seed_dir):
+    edit(seed_dir / "spec.toml", 'name = "decode"\nM = 4\n', 'name = "decode"\nflops = "3 * M * N + 4 * N"\nM = 4\n')
+    cell = next(c for c in load_spec(seed_dir).workload if c.name == "decode")
+    assert cell.flops == 3 * 4 * 4096 + 4 * 4096
+    assert all(c.flops is None for c in load_spec(seed_dir).workload if c.name != "decode")
 
 
 def test_not_toml(seed_dir):

@@ -73,25 +73,35 @@ def render(verdict, seed_name: str) -> None:
 
 def timing_table(verdict) -> Table:
     """Microseconds per cell; on a device timer also the launch overhead (kept out of the kernel
-    figure), the candidate's GB/s from the bytes its tensors move, and its share of the copy ceiling."""
+    figure), the candidate's GB/s from the bytes its tensors move and its share of the copy
+    ceiling, and where the spec gives a cell's flops, TFLOP/s and the share of the matmul ceiling."""
     device = any("device" in c for c in verdict.timing)
+    flops = any((c.get("device") or {}).get("flops") for c in verdict.timing)
+    ceilings = verdict.ceilings or {}
     table = Table(title=f"timing ({verdict.timer}), medians", title_justify="left")
     cols = ["cell", "shape", "weight", "seed us", "candidate us", "speedup", "noise"]
     if device:
-        cols += ["launch us", "GB/s"] + (["% of copy"] if verdict.ceilings else [])
+        cols += ["launch us", "GB/s"] + (["% of copy"] if ceilings else [])
+    if flops:
+        cols += ["TFLOP/s"] + (["% of mm"] if ceilings else [])
     for col in cols:
         table.add_column(col, justify="left" if col in ("cell", "shape") else "right")
     for c in verdict.timing:
         cand_us = c["candidate"]["median_ms"] * 1e3
         row = [c["name"], c["shape"], f"{c['weight']:g}", f"{c['seed']['median_ms'] * 1e3:.1f}", f"{cand_us:.1f}",
                f"{c['speedup']:.3f}x", f"{c['noise']:.1%}"]
+        d = c.get("device") or {}
         if device:
-            d = c.get("device", {})
             launch = d.get("launch_overhead_us", {}).get("candidate")
             gbps = d["bytes"] / (cand_us * 1e3) if d.get("bytes") and cand_us > 0 else None
             row += [f"{launch:.1f}" if launch is not None else "-", f"{gbps:.0f}" if gbps is not None else "-"]
-            if verdict.ceilings:
-                row.append(f"{gbps / verdict.ceilings['copy_gbps']:.0%}" if gbps is not None else "-")
+            if ceilings:
+                row.append(f"{gbps / ceilings['copy_gbps']:.0%}" if gbps is not None else "-")
+        if flops:
+            tflops = d["flops"] / (cand_us * 1e6) if d.get("flops") and cand_us > 0 else None
+            row.append(f"{tflops:.1f}" if tflops is not None else "-")
+            if ceilings:
+                row.append(f"{tflops / ceilings['bf16_tflops']:.0%}" if tflops is not None else "-")
         table.add_row(*row)
     return table
 

@@ -147,6 +147,7 @@ def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, ca
         result["samples"][cell.name] = m.samples_ms
         detail = m.detail()
         detail["bytes"] = slots.set_bytes + (out_bytes[0] if out_bytes else 0)  # read and written per call
+        detail["flops"] = cell.flops
         detail["median_us"] = {k: statistics.median(v) * 1e3 for k, v in m.samples_ms.items()}
         result["cells"][cell.name] = detail
         result["checked"][cell.name] = checked

@@ -1,7 +1,13 @@
-"""``[[workload]]``: the timing cells, each a shape, a dtype, a weight and the devices it runs on."""
+"""``[[workload]]``: the timing cells, each a shape, a dtype, a weight and the devices it runs on.
+
+A cell may say how much arithmetic one call does (``flops = "2 * M * N * K"``: sums and
+products of its dimensions and integers), so that a device timing can be read as TFLOP/s
+and as a share of the measured matmul ceiling.
+"""
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +26,29 @@ class WorkloadCell:
     dtype: str
     weight: float
     devices: tuple[str, ...] = ("cpu", "cuda")
+    flops: int | None = None  # floating-point operations per call, when the spec gives them
+
+
+def _flops(path: Path, where: str, text: Any, sizes: Mapping[str, int]) -> int:
+    """Evaluate a sum of products of dimension names and integers, nothing else."""
+    if not isinstance(text, str):
+        raise _err(path, where, 'expected an expression such as "2 * M * N * K"', text)
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise _err(path, where, "not an expression of dimensions", text) from None
+
+    def value(node) -> int:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            a, b = value(node.left), value(node.right)
+            return a + b if isinstance(node.op, ast.Add) else a * b
+        if isinstance(node, ast.Name) and node.id in sizes:
+            return sizes[node.id]
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        raise _err(path, where, f"only +, * , integers and the dimensions {sorted(sizes)} are allowed", text)
+
+    return value(tree)
 
 
 def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
@@ -51,7 +80,7 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
                 raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "flops"):
                 continue
             if key not in dims:
                 raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
@@ -61,7 +90,8 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
         for d in dims:
             if d not in cell_dims:
                 raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
+        flops = _flops(path, f"{where}.flops", raw["flops"], {BATCH_DIM: m, **cell_dims}) if "flops" in raw else None
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices), flops))
     for device in ("cpu", "cuda"):
         if not any(device in c.devices for c in cells):
             raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
