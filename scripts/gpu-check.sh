@@ -89,9 +89,11 @@ step environment 30 "$PY" "$STEPS" env "$OUT"
 "$PY" "$STEPS" seeds "$WORK/seeds" $SMALL
 step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 
+# --graphs: on the GPU the default (CUDA-graph replay decides); in the rehearsal the eager
+# stand-in runs the same phase (slots, refills, per-replay checks) on the interpreter.
 for seed in rmsnorm logprobs matmul; do
   step "eval-$seed" 40 "${TIK[@]}" eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
-    --device "$DEVICE" --rounds 5 --json > "$OUT/eval-$seed.json"
+    --device "$DEVICE" --rounds 5 --graphs --json > "$OUT/eval-$seed.json"
 done
 "$PY" "$STEPS" summarise "$OUT"
 

@@ -214,31 +214,43 @@ def _batched_2d(spec, i, t) -> bool:
 def cmd_summarise(args) -> int:
     out = Path(args.out)
     evals, lines = {}, ["## seeds against themselves (tik-agent eval)", "",
-                        "| seed | cell | shape | seed us | candidate us | launch us | GB/s | % of copy |",
-                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                        "| seed | cell | shape | seed us | candidate us | launch us | GB/s | % of copy | TFLOP/s "
+                        "| % of mm |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    timers = set()
     for path in sorted(out.glob("eval-*.json")):
         seed = path.stem[len("eval-"):]
         try:
             v = json.loads(path.read_text())
         except json.JSONDecodeError:
-            lines.append(f"| {seed} | (no verdict: see log.txt) | | | | | | |")
+            lines.append(f"| {seed} | (no verdict: see log.txt) | | | | | | | | |")
             continue
         evals[seed] = v
-        ceiling = (v.get("ceilings") or {}).get("copy_gbps")
+        timers.add(v.get("timer"))
+        ceilings = v.get("ceilings") or {}
         for c in v.get("timing", []):
             d = c.get("device", {})
             us = c["candidate"]["median_ms"] * 1e3
             gbps = d["bytes"] / (us * 1e3) if d.get("bytes") else None
+            tflops = d["flops"] / (us * 1e6) if d.get("flops") else None
             launch = d.get("launch_overhead_us", {}).get("candidate")
             lines.append(f"| {seed} | {c['name']} | {c['shape']} | {c['seed']['median_ms'] * 1e3:.1f} | {us:.1f} | "
-                         f"{'-' if launch is None else f'{launch:.1f}'} | {'-' if gbps is None else f'{gbps:.0f}'} | "
-                         f"{'-' if not (gbps and ceiling) else f'{gbps / ceiling:.0%}'} |")
+                         f"{_fmt(launch, '.1f')} | {_fmt(gbps, '.0f')} | {_share(gbps, ceilings.get('copy_gbps'))} | "
+                         f"{_fmt(tflops, '.1f')} | {_share(tflops, ceilings.get('bf16_tflops'))} |")
         lines.append(f"| {seed} | verdict: {v['outcome']}, {v['cases_passed']}/{v['cases_total']} cases, "
-                     f"speedup {v.get('speedup')} | | | | | | |")
+                     f"speedup {v.get('speedup')} | | | | | | | | |")
         path.unlink()
+    lines += ["", f"timer: {', '.join(sorted(t for t in timers if t))}"]
     (out / "evals.json").write_text(json.dumps(evals, indent=2))
     _summary(out, "\n".join(lines))
     return 0
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _share(value, ceiling) -> str:
+    return "-" if not (value and ceiling) else f"{value / ceiling:.0%}"
 
 
 def cmd_wheel(args) -> int:

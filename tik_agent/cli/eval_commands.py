@@ -24,6 +24,8 @@ def eval_candidate(
     rounds: int = typer.Option(5, metavar="R", help="Interleaved timing rounds (at least 1)."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check parity only."),
     sandbox: str = typer.Option("auto", "--sandbox", metavar="MODE", help=SANDBOX_HELP),
+    graphs: bool = typer.Option(None, "--graphs/--no-graphs", help="Decide the speedup by CUDA-graph replay "
+                                "[default: on cuda; on the CPU --graphs runs an eager stand-in, for rehearsals]."),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import EvalOptions, evaluate
@@ -38,7 +40,7 @@ def eval_candidate(
     check_sandbox(sandbox)
     resolved = devices.resolve(device)
     options = EvalOptions(device=resolved, timeout_s=timeout, rounds=rounds, timing=not no_timing,
-                          ceilings=resolved == "cuda")
+                          ceilings=resolved == "cuda", graphs=graphs)
     verdict = evaluate(spec, candidate, options)
     if as_json:
         say(json.dumps(verdict.to_dict(), indent=2))
