@@ -173,3 +173,16 @@ def test_phase_limits_follow_the_seed_and_the_machine_load():
     assert loaded["parity"] == 5 * (20.0 * 3 + 3.0)  # start-up 3x slower than when the reference was made
     assert _phase_limits(EvalOptions(timeout_s=30), ref, {}, 2) == {}  # --timeout: one fixed limit instead
     assert _phase_limits(EvalOptions(), Reference({}, {}, "", [], {}), {}, 2)["parity"] == 900.0  # unmeasured
+
+
+def test_sequence_seeds_on_the_cpu_leave_literal_sizes_above_the_cap_to_a_gpu():
+    from tik_agent.judge.plan import literal_sizes
+    from tik_agent.spec.cases import largest_batch
+    from tik_agent.spec.seeds import resolve
+
+    attention, rmsnorm = resolve("attention"), resolve("rmsnorm")
+    cap = largest_batch(attention, "cpu") + 1
+    sizes = [1, 2, cap, cap + 1, 63, 64, 65, 129]
+    assert literal_sizes(attention, "cpu", sizes) == [1, 2, cap]
+    assert literal_sizes(attention, "cuda", sizes) == sizes   # a GPU runs them all
+    assert literal_sizes(rmsnorm, "cpu", sizes) == sizes      # rows: a batch entry is a row, cheap

@@ -23,6 +23,7 @@ the same inputs come from a separate reference worker
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from tik_agent.spec.cases import (MAX_BATCH, Case, dims_combinations, extra_case, fp32_first, largest_batch,
                                   smallest_dims, unique)
 from tik_agent.spec.schema import KernelSpec
+
+log = logging.getLogger(__name__)
 
 DRAWN_CASES = 2
 GRAPH_CHECKED = 2
@@ -128,6 +131,23 @@ def drawn_cases(spec: KernelSpec, device: str, rng: random.Random | None = None)
     return cases
 
 
+def literal_sizes(spec: KernelSpec, device: str, sizes: list[int]) -> list[int]:
+    """The sizes around literals this device runs.  In the sequences layout on the CPU a
+    batch entry is a whole sequence (see :func:`~tik_agent.spec.cases.above_grid_sizes`):
+    sizes above the largest batch + 1 are left to a GPU evaluation, as the above-grid
+    ones are (the attention seed itself compares head dims with 64 and 128, and 129
+    sequences cost minutes a case under the interpreter).  No CPU timing shape reaches
+    them, so a switch there cannot buy a CPU speedup."""
+    if spec.layout != "sequences" or device != "cpu":
+        return sizes
+    cap = largest_batch(spec, device) + 1
+    skipped = [m for m in sizes if m > cap]
+    if skipped:
+        log.info("sequences layout on the CPU: literal batch sizes %s are above %d and left to a GPU evaluation",
+                 skipped, cap)
+    return [m for m in sizes if m <= cap]
+
+
 def literal_cases(spec: KernelSpec, sizes: list[int]) -> list[Case]:
     """float32 invariance cases at the smallest dims, one per batch size around a literal."""
     dtype = fp32_first(spec)[0]
@@ -135,7 +155,7 @@ def literal_cases(spec: KernelSpec, sizes: list[int]) -> list[Case]:
                               origin="literal", hidden=False) for m in sizes])
 
 
-def per_evaluation_cases(spec: KernelSpec, device: str, literal_sizes: list[int],
+def per_evaluation_cases(spec: KernelSpec, device: str, around: list[int],
                          rng: random.Random | None = None) -> list[Case]:
     """The cases one evaluation adds to the fixed grid: around the literals, and drawn."""
-    return unique(literal_cases(spec, literal_sizes) + drawn_cases(spec, device, rng))
+    return unique(literal_cases(spec, literal_sizes(spec, device, around)) + drawn_cases(spec, device, rng))
