@@ -160,6 +160,12 @@ def test_a_kernel_that_changes_once_replayed_is_an_integrity_failure(spec, refer
     assert all(c["passed"] for c in verdict.cases) and verdict.speedup is None
 
 
+def test_a_kernel_that_writes_its_inputs_once_replayed_is_caught(spec, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "replay_writes_input.py", GRAPHS, reference)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
+    assert verdict.reason.startswith(("graphs:small: [replay]", "graphs:small: [inputs]")), verdict.reason
+
+
 def test_without_the_graph_phase_the_same_kernel_is_never_caught(spec, reference):
     """The cheat lives only in the graph phase: the per-call checks alone pass it."""
     verdict = evaluate_sandboxed(spec, CORPUS / "replay_counter.py", EvalOptions(device="cpu", rounds=3), reference)

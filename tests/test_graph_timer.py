@@ -114,13 +114,15 @@ def test_hooks_refill_before_every_replay_and_see_every_round():
     events = []
     m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 3, set_bytes=1024, l2_bytes=L2, rounds=4,
                      before=lambda name, r: events.append(("fill", name, r)),
+                     after_replay=lambda name, r: events.append(("replayed", name, r)),
                      after_round=lambda r, outs: events.append(("round", r, sorted(outs), len(outs["seed"]))),
                      min_samples=4)
     assert m.calls == 3 and all(len(v) == 4 for v in m.samples_ms.values())  # min_samples lowers the floor
     fills = [e for e in events if e[0] == "fill"]
     assert len(fills) == 8 and [e[2] for e in fills] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert [e for e in events if e[0] == "round"] == [("round", r, ["candidate", "seed"], 3) for r in range(4)]
-    assert events.index(("round", 0, ["candidate", "seed"], 3)) == 2  # after both replays of round 0
+    assert events[:5] == [("fill", "candidate", 0), ("replayed", "candidate", 0), ("fill", "seed", 0),
+                          ("replayed", "seed", 0), ("round", 0, ["candidate", "seed"], 3)]
 
 
 def test_a_small_rotation_is_not_called_cold():

@@ -108,11 +108,13 @@ class CellMeasurement:
 
 def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequence[Any], set_bytes: int,
                  l2_bytes: int, rounds: int, *, before: Callable[[str, int], None] | None = None,
+                 after_replay: Callable[[str, int], None] | None = None,
                  after_round: Callable[[int, dict[str, list]], None] | None = None,
                  min_samples: int = MIN_SAMPLES) -> CellMeasurement:
     """Capture each kernel (one call per set), replay in alternating rounds, measure the launch
-    overhead apart.  ``before(kernel, round)`` runs before each replay, ``after_round(round,
-    outputs)`` after each round with every kernel's captured outputs; neither is timed."""
+    overhead apart.  ``before(kernel, round)`` runs before each replay and ``after_replay(kernel,
+    round)`` after it, ``after_round(round, outputs)`` after each round with every kernel's
+    captured outputs; none of them is timed."""
     calls = len(sets)
     captured = {name: backend.capture(fn, sets, calls) for name, fn in kernels.items()}
     graphs = {name: c[0] for name, c in captured.items()}
@@ -126,6 +128,8 @@ def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequ
                 before(name, r)
             samples[name].append(backend.replay_ms(graphs[name]) / calls)
             order_log.append(name)
+            if after_replay is not None:
+                after_replay(name, r)
         if after_round is not None:
             after_round(r, outputs)
     overhead = {}

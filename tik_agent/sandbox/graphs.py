@@ -127,6 +127,10 @@ def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, ca
         def before(_kernel: str, r: int, g=g, slots=slots) -> None:
             slots.fill(g["fill"][r])
 
+        def after_replay(kernel: str, r: int, g=g, slots=slots, checked=checked) -> None:
+            if kernel == "candidate" and r in g["checked"]:  # before the next refill can hide a write
+                checked[str(r)] = {"inputs_changed": slots.changed(g["fill"][r])}
+
         out_bytes: list[int] = []
 
         def after_round(r: int, outputs: dict, g=g, slots=slots, checked=checked, mismatch=mismatch,
@@ -139,11 +143,10 @@ def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, ca
                 if bad is not None:
                     mismatch.extend([r, bad])
             if r in g["checked"]:
-                checked[str(r)] = {"out": [output_digest(o) for o in cand],
-                                   "inputs_changed": slots.changed(g["fill"][r])}
+                checked[str(r)]["out"] = [output_digest(o) for o in cand]
 
         m = measure_cell(backend, fns, slots.sets, slots.set_bytes, l2, len(g["fill"]), before=before,
-                         after_round=after_round, min_samples=len(g["fill"]))
+                         after_replay=after_replay, after_round=after_round, min_samples=len(g["fill"]))
         result["samples"][cell.name] = m.samples_ms
         detail = m.detail()
         detail["bytes"] = slots.set_bytes + (out_bytes[0] if out_bytes else 0)  # read and written per call
