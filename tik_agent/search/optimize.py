@@ -13,9 +13,12 @@ anything else of an attempt exists; an accepted kernel is committed (and
 tagged) before its ``finished`` line; ``summary.json`` follows the journal.
 :mod:`tik_agent.run.rundir` reconciles the two after a kill.
 
-Ctrl-C (or SIGTERM) sets the stop flag and kills the sandboxes in flight;
-their attempts are abandoned (left unfinished, so a resume redoes them), the
-summary is written with ``stop_reason = "interrupted"`` within seconds.
+Ctrl-C (or SIGTERM) sets the stop flag and has the executor kill the
+evaluations in flight (local sandboxes, or those inside Ray actors); their
+attempts are abandoned (left unfinished, so a resume redoes them), the summary
+is written with ``stop_reason = "interrupted"`` within seconds.  A slot lost
+mid-evaluation (a Ray actor or node that died) abandons its attempt the same
+way, and this session redoes it under the same id on another slot.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
-from tik_agent.search.executor import Executor, LocalExecutor, Slot
+from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
-from tik_agent.search.interrupts import kill_sandboxes
+from tik_agent.search.throughput import Throughput
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
@@ -65,6 +68,7 @@ class Optimizer:
             warm = session.path / WARM_CACHE
             executor = LocalExecutor(cfg.device, cfg.workers, warm_cache=warm if warm.is_dir() else None)
         self.executor = executor
+        self.throughput = Throughput(executor.placement())
         self._cond = threading.Condition()
         self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
         self._interrupted = threading.Event()
@@ -104,10 +108,10 @@ class Optimizer:
 
     def run(self) -> RunSummary:
         cfg = self.s.config
-        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=cfg.workers,
-                              iterations=cfg.limits.iterations)
+        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=self.executor.slots,
+                              iterations=cfg.limits.iterations, executor=self.executor.kind)
         threads = [threading.Thread(target=self._worker, name=f"attempt-{i}", daemon=True)
-                   for i in range(cfg.workers + 1)]
+                   for i in range(self.executor.slots + 1)]
         for t in threads:
             t.start()
         try:
@@ -133,7 +137,7 @@ class Optimizer:
             self._stop = StopReason.INTERRUPTED
             self._interrupted.set()
             self._cond.notify_all()
-        kill_sandboxes()
+        self.executor.cancel()
 
     def _request_stop(self, reason: StopReason) -> None:
         with self._cond:
@@ -195,6 +199,11 @@ class Optimizer:
                 self._attempt(ticket)
             except _Abandoned:
                 log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
+            except SlotLost as exc:
+                self._slot_lost(ticket, exc)
+            except ExecutorFailed as exc:
+                log.error("%s; stopping (a resume redoes %s)", exc, ticket.attempt_id)
+                self._request_stop(StopReason.ERROR)
             except AgentUnavailable as exc:
                 self._agent_failed(ticket, exc)
             except OSError as exc:  # a full disk, a vanished directory: the machine's, not a bug
@@ -206,8 +215,25 @@ class Optimizer:
                 self._request_stop(StopReason.ERROR)
             finally:
                 with self._cond:
-                    self._in_flight.pop(ticket.attempt_id, None)
+                    if self._in_flight.get(ticket.attempt_id) is ticket:  # not its redo, taken meanwhile
+                        del self._in_flight[ticket.attempt_id]
                     self._cond.notify_all()
+
+    def _slot_lost(self, ticket: Ticket, exc: SlotLost) -> None:
+        """No verdict came back: the attempt is redone under its id (its partial files set aside),
+        so it is neither lost nor counted twice.  Interrupted, it is left for a resume."""
+        aid = ticket.attempt_id
+        if self._interrupted.is_set():
+            log.debug("%s abandoned: %s", aid, exc)
+            return
+        moved = self.s.store.set_aside(aid)
+        with self._cond:
+            for key in [k for k, v in self._sources.items() if v == aid]:
+                del self._sources[key]
+            self._redo.insert(0, aid)
+            self._cond.notify_all()
+        log.warning("%s: %s; the attempt is redone (its partial files are in %s)", aid, exc,
+                    moved.name if moved else "nowhere: none were written")
 
     def _agent_failed(self, ticket: Ticket, exc: AgentUnavailable) -> None:
         with self._cond:
@@ -239,6 +265,7 @@ class Optimizer:
             if not self._slow_proposals():
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
+                ticket.slot = f"{slot.name}@{slot.node}"
             self._check()
             with self._cond:
                 ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
@@ -252,6 +279,7 @@ class Optimizer:
             if slot is None:
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
+                ticket.slot = f"{slot.name}@{slot.node}"
             verdict = self._evaluate(ticket, record, candidate, parent_file, slot)
             if record.outcome is AttemptOutcome.ACCEPTED:
                 self._promote(ticket, record, verdict, candidate)
@@ -332,13 +360,13 @@ class Optimizer:
         self._check()
         ticket.enter("evaluating")
         e0 = time.time()
-        verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        verdict = self._on(slot, candidate, parent_file)
         self._check()
         s.store.write_json(aid, "report.json", verdict.to_dict())
         decision = promotion.screen(verdict, floor)
         if decision.outcome is None:
             ticket.enter("confirming")
-            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+            verdict = self._on(slot, candidate, parent_file)
             self._check()
             s.store.write_json(aid, "confirm.json", verdict.to_dict())
             decision = promotion.confirm(verdict, floor)
@@ -346,6 +374,22 @@ class Optimizer:
         record.outcome, record.reason = decision.outcome, decision.reason
         record.speedup, record.speedup_vs_parent, record.noise = verdict.speedup, verdict.speedup_vs_parent, verdict.noise
         record.cases_passed, record.cases_total = verdict.cases_passed, len(verdict.cases)
+        return verdict
+
+    def _on(self, slot: Slot, candidate: Path, parent_file: Path) -> Verdict:
+        """One evaluation in ``slot``, counted for the per-node throughput."""
+        s, t0 = self.s, time.time()
+        try:
+            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        except SlotLost:
+            self.throughput.lost(slot.name, slot.node)
+            raise
+        except Exception:
+            if self._interrupted.is_set():  # whatever a cancelled evaluation raises is the cancel's doing
+                raise _Abandoned from None
+            raise
+        if not self._interrupted.is_set():   # a killed evaluation is no throughput
+            self.throughput.note(slot.name, slot.node, time.time() - t0)
         return verdict
 
     def _promote(self, ticket: Ticket, record: AttemptRecord, verdict: Verdict, candidate: Path) -> None:
@@ -389,7 +433,11 @@ class Optimizer:
             best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
             input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
             elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
-            outcomes=self._outcomes(), environment=self.s.environment, updated=utc_now())
+            outcomes=self._outcomes(), environment=self.s.environment, updated=utc_now(),
+            executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()])
+
+    def _nodes(self):
+        return self.throughput.nodes(self.executor.placement(), time.time() - self._session_start)
 
     def _outcomes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -409,4 +457,4 @@ class Optimizer:
                 accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
                 outcomes=self._outcomes(), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
-                paused=paused, frontier=self.frontier.top())
+                paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes())
