@@ -26,6 +26,8 @@ import platform
 import shutil
 import tarfile
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ READY_FILE = "ready"
 SEED_DIR = "seed"
 REFERENCE_NAME = "reference.pt"
 WARM_DIR = "triton-cache"
+CANCEL_S = 60.0   # how long a cancel keeps killing the sandboxes of an evaluation that goes on starting them
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class EvaluationActor:
         warm = self.dir / WARM_DIR
         self.warm_cache = str(warm) if warm.is_dir() else None
         self.work = Path(tempfile.mkdtemp(prefix="tik-ray-eval-"))
+        self._busy = threading.Event()   # an evaluation is running in the actor's other thread
 
     def describe(self) -> dict:
         """Where this actor runs and what the node has (checked by the driver before use)."""
@@ -142,6 +146,7 @@ class EvaluationActor:
         from tik_agent.judge.evaluate import evaluate
 
         d = Path(tempfile.mkdtemp(dir=self.work))
+        self._busy.set()
         try:
             candidate = d / name
             candidate.write_text(source)
@@ -153,12 +158,19 @@ class EvaluationActor:
             pinned = dataclasses.replace(options, cuda_device=None, warm_cache=self.warm_cache)
             return evaluate(self.spec, candidate, pinned, reference=self.reference, parent=parent).to_dict()
         finally:
+            self._busy.clear()
             shutil.rmtree(d, ignore_errors=True)
 
     def cancel(self) -> int:
+        """Kill the evaluation's sandboxes until it returns: one evaluation starts several workers
+        (the seed's beside the candidate's), and one started after a single kill would run on."""
         from tik_agent.search.interrupts import kill_sandboxes
 
-        return kill_sandboxes()
+        killed, deadline = kill_sandboxes(), time.monotonic() + CANCEL_S
+        while self._busy.is_set() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            killed += kill_sandboxes()
+        return killed
 
     def sandboxes(self) -> int:
         """How many sandboxed workers of this actor are alive (0 after a timeout or a cancel)."""
