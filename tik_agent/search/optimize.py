@@ -29,18 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-from tik_agent import pyparse
 from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
 from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
+from tik_agent.search.sources import Sources, earlier
 from tik_agent.search.throughput import Throughput
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
-from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe
+from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, outcome_counts
 from tik_agent.run.runconfig import utc_now
 from tik_agent.run.rundir import WARM_CACHE, Session
 
@@ -87,18 +87,16 @@ class Optimizer:
         self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
         for kernel in session.lineage.accepted():
             self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
-        # pyparse.source_key -> the attempt (or lineage kernel) that had it first, from any
-        # parent: nothing is evaluated twice in a run, and a duplicate reuses that verdict.
-        self._sources: dict[str, str] = {}
+        self._sources = Sources()
         for member in [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
                 Member(k.commit, k.attempt_id, k.speedup_vs_seed) for k in session.lineage.accepted()]:
-            self._sources.setdefault(pyparse.source_key(self._briefing.kernel(member.commit)[0]), member.name)
+            self._sources.claim(self._briefing.kernel(member.commit)[0], member.name)
         self._since_improvement = 0
         best = 1.0
         for r in self._records:
             source = session.store.read(r.attempt_id, "candidate.py")
             if source is not None:
-                self._sources.setdefault(pyparse.source_key(source), r.attempt_id)
+                self._sources.claim(source, r.attempt_id)
             self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
             improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
             best = max(best, r.speedup or 0.0) if improved else best
@@ -228,8 +226,7 @@ class Optimizer:
             return
         moved = self.s.store.set_aside(aid)
         with self._cond:
-            for key in [k for k, v in self._sources.items() if v == aid]:
-                del self._sources[key]
+            self._sources.forget(aid)
             self._redo.insert(0, aid)
             self._cond.notify_all()
         log.warning("%s: %s; the attempt is redone (its partial files are in %s)", aid, exc,
@@ -301,7 +298,7 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         with self._cond:
             records = list(self._records)
-            seen = frozenset(self._sources)
+            seen = self._sources.keys()
         context = self._briefing.context(parent, ticket.index, records, seen)
         t0 = time.time()
         proposal = self.agent.propose(context)
@@ -331,26 +328,12 @@ class Optimizer:
         candidate = s.store.write(aid, "candidate.py", proposal.source)
         s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
         with self._cond:
-            same = self._sources.setdefault(pyparse.source_key(proposal.source), aid)
+            same = self._sources.claim(proposal.source, aid)
             if same != aid:
                 record.outcome = AttemptOutcome.DUPLICATE
-                record.reason = f"the same source as {self._verdict_of(same, parent.name)}: not evaluated again"
+                record.reason = f"the same source as {earlier(same, parent.name, self._records)}: not evaluated again"
                 return record, None, parent_file
         return record, candidate, parent_file
-
-    def _verdict_of(self, earlier: str, parent: str) -> str:
-        """What is known of the attempt or kernel that had this source first (caller holds _cond)."""
-        if earlier == parent:
-            return f"its parent {parent}"
-        if earlier == SEED_TAG:
-            return "the seed"
-        done = next((r for r in self._records if r.attempt_id == earlier), None)
-        if done is None:
-            return f"{earlier} (still being evaluated)"
-        text = f"{earlier} from {done.parent_id}, {done.outcome.value}"
-        if done.outcome is AttemptOutcome.ACCEPTED:
-            text += f", {done.speedup:.3f}x the seed"
-        return text
 
     def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path,
                   slot: Slot) -> Verdict:
@@ -433,17 +416,11 @@ class Optimizer:
             best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
             input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
             elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
-            outcomes=self._outcomes(), environment=self.s.environment, updated=utc_now(),
+            outcomes=outcome_counts(self._records), environment=self.s.environment, updated=utc_now(),
             executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()])
 
     def _nodes(self):
         return self.throughput.nodes(self.executor.placement(), time.time() - self._session_start)
-
-    def _outcomes(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for r in self._records:
-            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-        return counts
 
     def snapshot(self, recent: int = 10) -> Snapshot:
         cfg = self.s.config
@@ -452,9 +429,9 @@ class Optimizer:
             if time.time() < self._paused_until:
                 paused = f"agent unavailable, retrying in {self._paused_until - time.time():.0f} s"
             return Snapshot(
-                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=cfg.workers,
+                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=self.executor.slots,
                 gauges=gauges(cfg.limits, self._spend()), best=self.frontier.best(),
                 accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
-                outcomes=self._outcomes(), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
+                outcomes=outcome_counts(self._records), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
                 paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes())

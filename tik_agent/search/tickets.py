@@ -73,3 +73,10 @@ def describe(record: AttemptRecord) -> str:
     elif record.reason:
         text += f": {record.reason.splitlines()[0][:160]}"
     return text
+
+
+def outcome_counts(records: list[AttemptRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    return counts
