@@ -211,7 +211,7 @@ class RayExecutor:
             if replaced:
                 self._free.put(replaced[0])
                 return
-        log.error("%s is retired after %d replacement(s)", slot.name, slot.replacements)
+        log.error("%s is retired (%d replacement(s) so far)", slot.name, slot.replacements)
         with self._lock:
             if not self._live:
                 self._free.put(None)
