@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, cli, run, tiny_config, tiny_seed  # noqa: F401
+from optimize_helpers import (FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, cli, popen_cli, run,  # noqa: F401
+                              tiny_config, tiny_seed)
 
 from tik_agent.cli.app import run as cli_in_process
 from tik_agent.errors import UsageError
 from tik_agent.judge.records import Outcome
 from tik_agent.run import rundir
-from tik_agent.run.journal import CRASH_ENV, Journal, RunSummary, finished_records
+from tik_agent.run.journal import Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.run.runconfig import RunConfig
 from tik_agent.search.executor import LocalExecutor
@@ -129,8 +130,9 @@ def test_the_seed_is_unpacked_once_per_node(run, tmp_path):
 
 def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
     """The same candidates through a local slot and a Ray slot: the same outcome and reason, the same
-    fixed cases passed, a timed verdict on both; a timeout is killed inside the actor and leaves no
-    sandbox behind.  (Speedups are measurements: they differ from run to run, on any executor.)"""
+    fixed cases passed; a timeout is killed inside the actor and leaves no sandbox behind.  Untimed:
+    a timed verdict of the seed's copy (passed, or a cell 1.05x slower) is a measurement and differs
+    between two local runs too; timed verdicts through Ray are the other tests' accepted variants."""
     import dataclasses
 
     session = open_session(run)
@@ -138,18 +140,19 @@ def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
     try:
         local, remote = LocalExecutor("cpu", 1).acquire(), ex.acquire()
         assert remote.node == ray.util.get_node_ip_address() and ex.unpacked_on == [remote.node]
-        parent, options = session.spec.source, dataclasses.replace(session.options, rounds=1)
+        parent, options = session.spec.source, dataclasses.replace(session.options, timing=False)
         fixed = {c.id for c in session.reference.cases}
         for name, edit, want in (("same", SAME, Outcome.PASSED), ("wrong", WRONG_BITS, Outcome.PARITY_FAILED)):
             candidate = write_candidate(session, tmp_path, name, edit)
-            here = local.evaluate(session.spec, candidate, options, session.reference, parent)
-            there = remote.evaluate(session.spec, candidate, options, session.reference, parent)
+            with ThreadPoolExecutor(1) as pool:  # both at once: the test's time, not the verdicts, is shared
+                here = pool.submit(local.evaluate, session.spec, candidate, options, session.reference, parent)
+                there = remote.evaluate(session.spec, candidate, options, session.reference, parent)
+                here = here.result()
             assert here.outcome is there.outcome is want, (here.reason, there.reason)
             assert here.reason == there.reason and here.candidate_sha256 == there.candidate_sha256
             assert ({c["case"]: c["passed"] for c in here.cases if c["case"] in fixed}
                     == {c["case"]: c["passed"] for c in there.cases if c["case"] in fixed})
-            assert len(here.timing) == len(there.timing) == (1 if want is Outcome.PASSED else 0)
-            assert (here.speedup is None) == (there.speedup is None) == (want is not Outcome.PASSED)
+            assert here.first_mismatch == there.first_mismatch and len(here.cases) == len(there.cases)
         endless = write_candidate(session, tmp_path, "endless", ENDLESS)
         quick = dataclasses.replace(session.options, timeout_s=6.0, timing=False)
         start = time.monotonic()
@@ -255,16 +258,23 @@ def test_an_offline_run_on_ray_accepts_a_variant(cluster, run):
 
 
 def test_a_killed_driver_resumes_on_ray(cluster, run):
-    args = ["optimize", "--resume", str(run), "--iterations", "2", "--executor", "ray"]
-    killed = cli(*args, env={CRASH_ENV: "before:finished:1", "RAY_ADDRESS": cluster}, timeout=400)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    """SIGKILL the driver in the middle of an evaluation on an actor: Ray stops the orphaned actor (and
+    its sandbox with it), and --resume redoes the attempt once."""
+    args = ["optimize", "--resume", str(run), "--iterations", "1", "--executor", "ray"]
+    proc = popen_cli(*args, env={"RAY_ADDRESS": cluster})
+    wait_for(lambda: (run / "attempts" / "a0001" / "candidate.py").is_file() or proc.poll() is not None)
+    wait_for(lambda: ray.available_resources().get("CPU", 2) < 2 or proc.poll() is not None)  # the actor is up
+    time.sleep(1.0)
+    proc.kill()
+    proc.communicate(timeout=30)
     assert not finished_ids(run)
-    # The dead driver's actors are gone with it: the cluster has both CPUs for the resume.
+    # The dead driver's actor is gone with it: the cluster has both CPUs for the resume.
     wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, 60)
     done = cli(*args, env={"RAY_ADDRESS": cluster}, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(finished_ids(run)) == ["a0001", "a0002"]
+    assert finished_ids(run) == ["a0001"]
+    assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()
     summary = RunSummary.load(run)
-    assert summary.iterations == 2 and summary.executor == "ray"
+    assert summary.iterations == 1 and summary.executor == "ray" and summary.nodes[0]["evaluations"] >= 1
     accepted = {k.attempt_id for k in open_run(run).accepted()}
     assert accepted == {r.attempt_id for r in finished_records(run) if r.outcome.value == "accepted"}
