@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from optimize_helpers import (FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, cli, popen_cli, run,  # noqa: F401
+from optimize_helpers import (FASTER, SAME, WRONG_BITS, ScriptedAgent, cli, popen_cli, run,  # noqa: F401
                               tiny_config, tiny_seed)
 
 from tik_agent.cli.app import run as cli_in_process
@@ -183,9 +183,9 @@ def test_a_node_with_another_environment_is_refused(cluster, run):
 
 
 def test_an_actor_killed_mid_evaluation_is_redone_once(cluster, run):
-    session = open_session(run, iterations=2)
+    session = open_session(run, iterations=1)
     ex = RayExecutor.for_session(session, 1)
-    optimizer = Optimizer(session, ScriptedAgent([FASTER, NEUTRAL[0]]), executor=ex)
+    optimizer = Optimizer(session, ScriptedAgent([FASTER]), executor=ex)
     [first_actor] = ex.actors()
     victim: list[str] = []
 
@@ -205,15 +205,14 @@ def test_an_actor_killed_mid_evaluation_is_redone_once(cluster, run):
         killer.join()
         ex.close()
         session.close()
-    assert summary.stop_reason == "iterations" and summary.iterations == 2
-    [lost] = victim
-    assert sorted(finished_ids(run)) == ["a0001", "a0002"]  # redone, counted once, nothing lost
+    assert summary.stop_reason == "iterations" and summary.iterations == 1 and victim == ["a0001"]
+    assert finished_ids(run) == ["a0001"]  # redone, counted once, nothing lost
     started = [e["attempt_id"] for e in Journal(run).events() if e["event"] == "started"]
-    assert started.count(lost) == 2 and len(started) == 3
-    assert (run / "attempts" / f"{lost}.interrupted-1" / "candidate.py").is_file()  # the lost try, kept aside
-    assert {r.attempt_id: r.outcome.value for r in finished_records(run)}["a0001"] == "accepted"
+    assert started == ["a0001", "a0001"]
+    assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()  # the lost try, kept aside
+    assert [r.outcome.value for r in finished_records(run)] == ["accepted"]  # on the replacement actor
     [node] = json.loads((run / "summary.json").read_text())["nodes"]
-    assert node["lost"] == 1 and node["evaluations"] >= 3 and summary.executor == "ray"
+    assert node["lost"] == 1 and node["evaluations"] == 2 and summary.executor == "ray"  # evaluated, confirmed
 
 
 def test_ctrl_c_cancels_the_remote_evaluation(cluster, run):
