@@ -1,6 +1,7 @@
 """Throughput of the optimisation loop with the offline agent.
 
     .venv/bin/python benchmarks/bench_optimize.py [--seed rmsnorm] [--iterations 6] [--workers 1 2] [--small]
+        [--executor local|ray]
 
 One run is created (reference and seed audit: reported as set-up, not
 counted), then copied once per ``--workers`` value and optimised for
@@ -8,7 +9,9 @@ counted), then copied once per ``--workers`` value and optimised for
 minute, and the share of the loop's wall time during which no evaluation was
 running (proposals, git, journal, start-up): the loop's own overhead.
 ``--small`` shrinks the parity grid and the timing cell to a few seconds per
-evaluation.
+evaluation.  ``--executor ray`` evaluates on Ray actors instead (one per
+worker) in a local Ray instance the benchmark starts with as many CPUs as the
+largest ``--workers``; the actors' start-up is reported apart, not counted.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from tik_agent.backends import device as devices
 from tik_agent.run import rundir
 from tik_agent.agents.offline import OfflineAgent
 from tik_agent.run.journal import finished_records
+from tik_agent.search.executor import EXECUTORS, open_executor
 from tik_agent.search.optimize import Optimizer
 from tik_agent.run.runconfig import Limits, RunConfig, utc_now
 from tik_agent.spec.seeds import seed_directory
@@ -69,21 +73,26 @@ def union_seconds(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def bench(template: Path, work: Path, workers: int, iterations: int) -> dict:
+def bench(template: Path, work: Path, workers: int, iterations: int, executor: str = "local") -> dict:
     path = work / f"workers-{workers}"
     shutil.copytree(template, path)
     config = RunConfig.load(path).extended(limits={"iterations": iterations}, workers=workers)
     session = rundir.reopen(path, config)
+    pool, started = None, time.time()
     try:
+        pool = open_executor(executor, session, workers=workers)
+        startup = time.time() - started
         start = time.time()
-        summary = Optimizer(session, OfflineAgent(seed=0)).run()
+        summary = Optimizer(session, OfflineAgent(seed=0), executor=pool).run()
         wall = time.time() - start
     finally:
+        if pool is not None:
+            pool.close()
         session.close()
     records = finished_records(path)
     evaluations = len(list(path.glob("attempts/*/report.json"))) + len(list(path.glob("attempts/*/confirm.json")))
     busy = union_seconds([(r.finished_at - r.eval_s, r.finished_at) for r in records if r.eval_s])
-    return {"workers": workers, "attempts": len(records), "evaluations": evaluations, "wall": wall,
+    return {"workers": workers, "startup": startup, "attempts": len(records), "evaluations": evaluations, "wall": wall,
             "per_min": 60 * len(records) / wall, "evals_per_min": 60 * evaluations / wall,
             "outside": 1 - busy / wall, "best": summary.best_speedup, "accepted": summary.accepted}
 
@@ -95,7 +104,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="a shrunk parity grid and timing cell")
+    parser.add_argument("--executor", choices=EXECUTORS, default="local")
     args = parser.parse_args()
+    if args.executor == "ray":  # one local instance for every --workers value, closed at the end
+        import ray
+
+        ray.init(address="local", num_cpus=max(args.workers), include_dashboard=False,
+                 object_store_memory=100 * 1024**2, log_to_driver=False, configure_logging=False)
 
     work = Path(tempfile.mkdtemp(prefix="tik-bench-optimize-"))
     seed = seed_directory(args.seed)
@@ -109,17 +124,22 @@ def main() -> None:
     start = time.time()
     rundir.create(work / "template", config).close()
     print(f"{args.seed}{' (small)' if args.small else ''}: set-up (seed outputs and audit) {time.time() - start:.1f} s")
-    results = [bench(work / "template", work, w, args.iterations) for w in args.workers]
-    print(f"{'workers':>7} {'attempts':>8} {'evals':>5} {'wall s':>7} {'attempts/min':>12} {'evals/min':>9} "
+    results = [bench(work / "template", work, w, args.iterations, args.executor) for w in args.workers]
+    print(f"executor {args.executor}")
+    print(f"{'workers':>7} {'start s':>7} {'attempts':>8} {'evals':>5} {'wall s':>7} {'attempts/min':>12} {'evals/min':>9} "
           f"{'outside eval':>12} {'accepted':>8} {'best':>7}")
     for r in results:
-        print(f"{r['workers']:>7} {r['attempts']:>8} {r['evaluations']:>5} {r['wall']:>7.1f} {r['per_min']:>12.2f} "
+        print(f"{r['workers']:>7} {r['startup']:>7.1f} {r['attempts']:>8} {r['evaluations']:>5} {r['wall']:>7.1f} {r['per_min']:>12.2f} "
               f"{r['evals_per_min']:>9.2f} {r['outside']:>12.1%} {r['accepted']:>8} {r['best']:>6.2f}x")
     by = {r["workers"]: r for r in results}
     if 1 in by and 2 in by:
         print(f"--workers 2 vs 1: {by[2]['per_min'] / by[1]['per_min']:.2f}x attempts/min, "
               f"{by[2]['evals_per_min'] / by[1]['evals_per_min']:.2f}x evaluations/min")
     shutil.rmtree(work, ignore_errors=True)
+    if args.executor == "ray":
+        import ray
+
+        ray.shutdown()
 
 
 if __name__ == "__main__":

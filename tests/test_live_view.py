@@ -57,3 +57,22 @@ def test_a_short_terminal_shows_fewer_rows_not_a_cropped_view():
     console = Console(record=True, width=80, height=24, file=open("/dev/null", "w"))
     console.print(render(snapshot(30), console))
     assert len(console.export_text().splitlines()) <= 24
+
+
+def test_ray_nodes_show_their_slots_and_throughput():
+    import dataclasses
+
+    from tik_agent.search.throughput import NodeUse
+
+    snap = snapshot()
+    nodes = [NodeUse("10.0.0.1", ["ray:0", "ray:1"], 12, 300.0, 1, 2.4), NodeUse("10.0.0.2", ["ray:2"], 5, 200.0, 0, 1.0)]
+    flight = [dataclasses.replace(snap.in_flight[0], slot="ray:0@10.0.0.1")]
+    snap = dataclasses.replace(snap, executor="ray", nodes=nodes, in_flight=flight)
+    console = Console(record=True, width=80, height=24, file=open("/dev/null", "w"))
+    console.print(render(snap, console))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80
+    text = "\n".join(lines)
+    assert "ray 10.0.0.1: 2 slot(s) ray:0, ray:1; 12 evaluations, 2.4/min, 1 lost" in text
+    assert "ray 10.0.0.2: 1 slot(s) ray:2; 5 evaluations, 1.0/min" in text
+    assert "evaluating 20 s (attempt 300 s) on ray:0@10.0.0.1" in text

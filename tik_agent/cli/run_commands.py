@@ -35,7 +35,12 @@ def optimize(
     max_tokens: int = typer.Option(None, metavar="T", help="Stop once the agent has used this many tokens."),
     max_cost: float = typer.Option(None, metavar="USD", help="Stop once the agent has cost this many USD."),
     patience: int = typer.Option(None, metavar="K", help="Stop after this many attempts without a new best."),
-    workers: int = typer.Option(None, metavar="W", help="Candidates evaluated in parallel.  [default: 1]"),
+    workers: int = typer.Option(None, metavar="W", help="Candidates evaluated in parallel (with --executor ray: "
+                                "Ray actors, one per slot).  [default: 1]"),
+    executor: str = typer.Option("local", metavar="KIND", help="Where evaluations run: local (this machine) or "
+                                 "ray (actors on a Ray cluster; pip install 'tik-agent[ray]')."),
+    ray_address: str = typer.Option(None, metavar="ADDR", help="The Ray cluster to join with --executor ray "
+                                    "(else RAY_ADDRESS; else a local Ray instance for this run)."),
     run_dir: Path = typer.Option(None, metavar="DIR", help="The run directory.  [default: runs/<timestamp>-<seed>]"),
     resume: Path = typer.Option(None, metavar="DIR", help="Continue the run in this directory."),
     rng_seed: int = typer.Option(None, "--seed", metavar="S", help="Seed of the search's random choices.  [default: 0]"),
@@ -54,12 +59,19 @@ def optimize(
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
     from tik_agent.agents.factory import make_agent
+    from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
     from tik_agent.search.interrupts import stop_on_signals
     from tik_agent.search.optimize import Optimizer
 
     _check_positive({"--iterations": iterations, "--workers": workers, "--rounds": rounds,
                      "--eval-timeout": eval_timeout, "--max-tokens": max_tokens, "--max-cost": max_cost,
                      "--patience": patience})
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor: unknown executor {executor!r}; expected one of {list(EXECUTORS)}")
+    if ray_address is not None and executor != "ray":
+        raise UsageError("--ray-address: only with --executor ray")
+    if executor == "ray":
+        require_ray()  # refused before anything is created
     given = {"agent": agent, "model": model, "base_url": base_url, "rng_seed": rng_seed, "device": device,
              "rounds": rounds, "eval_timeout_s": eval_timeout}
     limits = {"iterations": iterations, "max_tokens": max_tokens, "max_cost_usd": max_cost, "patience": patience,
@@ -86,7 +98,7 @@ def optimize(
         config = dataclasses.replace(_new_config(path, spec, the_agent, given, limits, workers), **files)
     mode = sandbox or config.sandbox.get("mode") or "auto"
     config = dataclasses.replace(config, sandbox={"mode": mode, **check_sandbox(mode).to_dict()})
-    if config.device == "cuda":  # one evaluation per GPU: refuse more workers than GPUs before creating anything
+    if config.device == "cuda" and executor == "local":  # one evaluation per GPU: refuse more workers than GPUs
         import os
 
         from tik_agent.search.executor import assign_gpus, torch_device_count, visible_devices
@@ -101,8 +113,10 @@ def optimize(
     session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
     if probes is not None:
         shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
+    pool = None
     try:
-        optimizer = Optimizer(session, the_agent)
+        pool = open_executor(executor, session, workers=config.workers, ray_address=ray_address)
+        optimizer = Optimizer(session, the_agent, executor=pool)
         with stop_on_signals(optimizer):
             if console.is_terminal:
                 from tik_agent.view.live import LiveView
@@ -118,6 +132,8 @@ def optimize(
             else:
                 summary = optimizer.run()
     finally:
+        if pool is not None:
+            pool.close()
         session.close()
     _print_summary(path, summary)
     if summary.stop_reason == "interrupted":
@@ -176,6 +192,10 @@ def _print_summary(path: Path, s: RunSummary) -> None:
         f"{format_duration(s.elapsed_s)}: best ", (f"{s.best_speedup:.3f}x", "bold green"),
         f" the seed ({s.best_attempt}), {s.accepted} accepted; outcomes: {outcomes}; "
         f"tokens {s.input_tokens} in / {s.output_tokens} out, cost {cost}")
+    if s.executor != "local":
+        for n in s.nodes:
+            say(f"  {s.executor} node {n['node']}: {len(n['slots'])} slot(s), {n['evaluations']} evaluations, "
+                f"{n['evaluations_per_min']:.2f}/min" + (f", {n['lost']} lost" if n["lost"] else ""))
     say("run directory: ", (str(path), "bold"), f"  (best kernel: {path / KERNEL_FILE})")
 
 

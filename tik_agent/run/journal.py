@@ -151,6 +151,10 @@ class RunSummary:
     outcomes: dict[str, int]
     environment: dict
     updated: str = ""
+    executor: str = "local"          # where this session evaluated: local slots or a Ray cluster
+    # This session's slots per node: {"node", "slots", "evaluations", "busy_s", "lost",
+    # "evaluations_per_min"}; empty in summaries written before it was recorded.
+    nodes: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -21,13 +21,13 @@ class Interruptible(Protocol):
     def interrupt(self) -> None: ...
 
 
-def kill_sandboxes() -> int:
-    """SIGKILL the process group of every sandboxed child of this process.
+def sandbox_groups() -> list[int]:
+    """The process group of every sandboxed child of this process.
 
     A sandbox is recognised as a child that leads its own session (git
     subprocesses share ours and are left alone).
     """
-    me, killed = os.getpid(), 0
+    me, groups = os.getpid(), []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -38,11 +38,19 @@ def kill_sandboxes() -> int:
             continue
         ppid, pgrp, session = int(fields[1]), int(fields[2]), int(fields[3])
         if ppid == me and pgrp == session == int(entry):
-            try:
-                os.killpg(pgrp, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
+            groups.append(pgrp)
+    return groups
+
+
+def kill_sandboxes() -> int:
+    """SIGKILL the process group of every sandboxed child of this process."""
+    killed = 0
+    for pgrp in sandbox_groups():
+        try:
+            os.killpg(pgrp, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
     return killed
 
 

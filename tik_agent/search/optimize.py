@@ -13,9 +13,12 @@ anything else of an attempt exists; an accepted kernel is committed (and
 tagged) before its ``finished`` line; ``summary.json`` follows the journal.
 :mod:`tik_agent.run.rundir` reconciles the two after a kill.
 
-Ctrl-C (or SIGTERM) sets the stop flag and kills the sandboxes in flight;
-their attempts are abandoned (left unfinished, so a resume redoes them), the
-summary is written with ``stop_reason = "interrupted"`` within seconds.
+Ctrl-C (or SIGTERM) sets the stop flag and has the executor kill the
+evaluations in flight (local sandboxes, or those inside Ray actors); their
+attempts are abandoned (left unfinished, so a resume redoes them), the summary
+is written with ``stop_reason = "interrupted"`` within seconds.  A slot lost
+mid-evaluation (a Ray actor or node that died) abandons its attempt the same
+way, and this session redoes it under the same id on another slot.
 """
 
 from __future__ import annotations
@@ -26,18 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-from tik_agent import pyparse
 from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
-from tik_agent.search.executor import Executor, LocalExecutor, Slot
+from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
-from tik_agent.search.interrupts import kill_sandboxes
+from tik_agent.search.sources import Sources, earlier
+from tik_agent.search.throughput import Throughput
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
-from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe
+from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, outcome_counts
 from tik_agent.run.runconfig import utc_now
 from tik_agent.run.rundir import WARM_CACHE, Session
 
@@ -65,6 +68,7 @@ class Optimizer:
             warm = session.path / WARM_CACHE
             executor = LocalExecutor(cfg.device, cfg.workers, warm_cache=warm if warm.is_dir() else None)
         self.executor = executor
+        self.throughput = Throughput(executor.placement())
         self._cond = threading.Condition()
         self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
         self._interrupted = threading.Event()
@@ -83,18 +87,16 @@ class Optimizer:
         self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
         for kernel in session.lineage.accepted():
             self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
-        # pyparse.source_key -> the attempt (or lineage kernel) that had it first, from any
-        # parent: nothing is evaluated twice in a run, and a duplicate reuses that verdict.
-        self._sources: dict[str, str] = {}
+        self._sources = Sources()
         for member in [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
                 Member(k.commit, k.attempt_id, k.speedup_vs_seed) for k in session.lineage.accepted()]:
-            self._sources.setdefault(pyparse.source_key(self._briefing.kernel(member.commit)[0]), member.name)
+            self._sources.claim(self._briefing.kernel(member.commit)[0], member.name)
         self._since_improvement = 0
         best = 1.0
         for r in self._records:
             source = session.store.read(r.attempt_id, "candidate.py")
             if source is not None:
-                self._sources.setdefault(pyparse.source_key(source), r.attempt_id)
+                self._sources.claim(source, r.attempt_id)
             self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
             improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
             best = max(best, r.speedup or 0.0) if improved else best
@@ -104,10 +106,10 @@ class Optimizer:
 
     def run(self) -> RunSummary:
         cfg = self.s.config
-        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=cfg.workers,
-                              iterations=cfg.limits.iterations)
+        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=self.executor.slots,
+                              iterations=cfg.limits.iterations, executor=self.executor.kind)
         threads = [threading.Thread(target=self._worker, name=f"attempt-{i}", daemon=True)
-                   for i in range(cfg.workers + 1)]
+                   for i in range(self.executor.slots + 1)]
         for t in threads:
             t.start()
         try:
@@ -133,7 +135,7 @@ class Optimizer:
             self._stop = StopReason.INTERRUPTED
             self._interrupted.set()
             self._cond.notify_all()
-        kill_sandboxes()
+        self.executor.cancel()
 
     def _request_stop(self, reason: StopReason) -> None:
         with self._cond:
@@ -195,6 +197,11 @@ class Optimizer:
                 self._attempt(ticket)
             except _Abandoned:
                 log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
+            except SlotLost as exc:
+                self._slot_lost(ticket, exc)
+            except ExecutorFailed as exc:
+                log.error("%s; stopping (a resume redoes %s)", exc, ticket.attempt_id)
+                self._request_stop(StopReason.ERROR)
             except AgentUnavailable as exc:
                 self._agent_failed(ticket, exc)
             except OSError as exc:  # a full disk, a vanished directory: the machine's, not a bug
@@ -206,8 +213,24 @@ class Optimizer:
                 self._request_stop(StopReason.ERROR)
             finally:
                 with self._cond:
-                    self._in_flight.pop(ticket.attempt_id, None)
+                    if self._in_flight.get(ticket.attempt_id) is ticket:  # not its redo, taken meanwhile
+                        del self._in_flight[ticket.attempt_id]
                     self._cond.notify_all()
+
+    def _slot_lost(self, ticket: Ticket, exc: SlotLost) -> None:
+        """No verdict came back: the attempt is redone under its id (its partial files set aside),
+        so it is neither lost nor counted twice.  Interrupted, it is left for a resume."""
+        aid = ticket.attempt_id
+        if self._interrupted.is_set():
+            log.debug("%s abandoned: %s", aid, exc)
+            return
+        moved = self.s.store.set_aside(aid)
+        with self._cond:
+            self._sources.forget(aid)
+            self._redo.insert(0, aid)
+            self._cond.notify_all()
+        log.warning("%s: %s; the attempt is redone (its partial files are in %s)", aid, exc,
+                    moved.name if moved else "nowhere: none were written")
 
     def _agent_failed(self, ticket: Ticket, exc: AgentUnavailable) -> None:
         with self._cond:
@@ -239,6 +262,7 @@ class Optimizer:
             if not self._slow_proposals():
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
+                ticket.slot = f"{slot.name}@{slot.node}"
             self._check()
             with self._cond:
                 ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
@@ -252,6 +276,7 @@ class Optimizer:
             if slot is None:
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
+                ticket.slot = f"{slot.name}@{slot.node}"
             verdict = self._evaluate(ticket, record, candidate, parent_file, slot)
             if record.outcome is AttemptOutcome.ACCEPTED:
                 self._promote(ticket, record, verdict, candidate)
@@ -273,7 +298,7 @@ class Optimizer:
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         with self._cond:
             records = list(self._records)
-            seen = frozenset(self._sources)
+            seen = self._sources.keys()
         context = self._briefing.context(parent, ticket.index, records, seen)
         t0 = time.time()
         proposal = self.agent.propose(context)
@@ -303,26 +328,12 @@ class Optimizer:
         candidate = s.store.write(aid, "candidate.py", proposal.source)
         s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
         with self._cond:
-            same = self._sources.setdefault(pyparse.source_key(proposal.source), aid)
+            same = self._sources.claim(proposal.source, aid)
             if same != aid:
                 record.outcome = AttemptOutcome.DUPLICATE
-                record.reason = f"the same source as {self._verdict_of(same, parent.name)}: not evaluated again"
+                record.reason = f"the same source as {earlier(same, parent.name, self._records)}: not evaluated again"
                 return record, None, parent_file
         return record, candidate, parent_file
-
-    def _verdict_of(self, earlier: str, parent: str) -> str:
-        """What is known of the attempt or kernel that had this source first (caller holds _cond)."""
-        if earlier == parent:
-            return f"its parent {parent}"
-        if earlier == SEED_TAG:
-            return "the seed"
-        done = next((r for r in self._records if r.attempt_id == earlier), None)
-        if done is None:
-            return f"{earlier} (still being evaluated)"
-        text = f"{earlier} from {done.parent_id}, {done.outcome.value}"
-        if done.outcome is AttemptOutcome.ACCEPTED:
-            text += f", {done.speedup:.3f}x the seed"
-        return text
 
     def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path,
                   slot: Slot) -> Verdict:
@@ -332,13 +343,13 @@ class Optimizer:
         self._check()
         ticket.enter("evaluating")
         e0 = time.time()
-        verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        verdict = self._on(slot, candidate, parent_file)
         self._check()
         s.store.write_json(aid, "report.json", verdict.to_dict())
         decision = promotion.screen(verdict, floor)
         if decision.outcome is None:
             ticket.enter("confirming")
-            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+            verdict = self._on(slot, candidate, parent_file)
             self._check()
             s.store.write_json(aid, "confirm.json", verdict.to_dict())
             decision = promotion.confirm(verdict, floor)
@@ -346,6 +357,22 @@ class Optimizer:
         record.outcome, record.reason = decision.outcome, decision.reason
         record.speedup, record.speedup_vs_parent, record.noise = verdict.speedup, verdict.speedup_vs_parent, verdict.noise
         record.cases_passed, record.cases_total = verdict.cases_passed, len(verdict.cases)
+        return verdict
+
+    def _on(self, slot: Slot, candidate: Path, parent_file: Path) -> Verdict:
+        """One evaluation in ``slot``, counted for the per-node throughput."""
+        s, t0 = self.s, time.time()
+        try:
+            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
+        except SlotLost:
+            self.throughput.lost(slot.name, slot.node)
+            raise
+        except Exception:
+            if self._interrupted.is_set():  # whatever a cancelled evaluation raises is the cancel's doing
+                raise _Abandoned from None
+            raise
+        if not self._interrupted.is_set():   # a killed evaluation is no throughput
+            self.throughput.note(slot.name, slot.node, time.time() - t0)
         return verdict
 
     def _promote(self, ticket: Ticket, record: AttemptRecord, verdict: Verdict, candidate: Path) -> None:
@@ -389,13 +416,11 @@ class Optimizer:
             best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
             input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
             elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
-            outcomes=self._outcomes(), environment=self.s.environment, updated=utc_now())
+            outcomes=outcome_counts(self._records), environment=self.s.environment, updated=utc_now(),
+            executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()])
 
-    def _outcomes(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for r in self._records:
-            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-        return counts
+    def _nodes(self):
+        return self.throughput.nodes(self.executor.placement(), time.time() - self._session_start)
 
     def snapshot(self, recent: int = 10) -> Snapshot:
         cfg = self.s.config
@@ -404,9 +429,9 @@ class Optimizer:
             if time.time() < self._paused_until:
                 paused = f"agent unavailable, retrying in {self._paused_until - time.time():.0f} s"
             return Snapshot(
-                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=cfg.workers,
+                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=self.executor.slots,
                 gauges=gauges(cfg.limits, self._spend()), best=self.frontier.best(),
                 accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
-                outcomes=self._outcomes(), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
+                outcomes=outcome_counts(self._records), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
-                paused=paused, frontier=self.frontier.top())
+                paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes())

@@ -10,6 +10,7 @@ from tik_agent.run.journal import AttemptOutcome, AttemptRecord
 from tik_agent.run.lineage import format_trailers
 from tik_agent.search.budget import Gauge
 from tik_agent.search.frontier import Member
+from tik_agent.search.throughput import NodeUse
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Ticket:
     started: float
     stage: str = "starting"
     stage_started: float = 0.0   # the live view times the stage, not the wait before it
+    slot: str | None = None      # "<slot>@<node>" once an evaluation slot is held
 
     def enter(self, stage: str) -> None:
         self.stage, self.stage_started = stage, time.time()
@@ -43,6 +45,8 @@ class Snapshot:
     stop_reason: str | None = None
     paused: str | None = None
     frontier: list[Member] = field(default_factory=list)
+    executor: str = "local"
+    nodes: list[NodeUse] = field(default_factory=list)   # per-node slots and throughput, this session
 
 
 def commit_message(record: AttemptRecord, verdict, seed_name: str, device: str) -> str:
@@ -69,3 +73,10 @@ def describe(record: AttemptRecord) -> str:
     elif record.reason:
         text += f": {record.reason.splitlines()[0][:160]}"
     return text
+
+
+def outcome_counts(records: list[AttemptRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    return counts

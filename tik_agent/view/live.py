@@ -54,13 +54,14 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     best = Text.assemble(("best ", "bold"), (f"{snap.best.speedup:.3f}x", "bold green"),
                          f" the seed ({snap.best.name}, {snap.best.commit[:10]})   accepted {snap.accepted}   frontier: ",
                          ", ".join(f"{m.name} {m.speedup:.2f}x" for m in snap.frontier))
-    lines: list[RenderableType] = [head, budgets, best]
+    lines: list[RenderableType] = [head, budgets, best, *_node_lines(snap)]
     now = time.time()
     for t in snap.in_flight:
         origin = f" from {t.parent.name} ({t.parent.speedup:.2f}x)" if t.parent else ""
         stage_s, total_s = now - (t.stage_started or t.started), now - t.started
         timer = f"{stage_s:.0f} s" + (f" (attempt {total_s:.0f} s)" if total_s - stage_s >= 1 else "")
-        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {timer}", style="cyan"))
+        where = f" on {t.slot}" if t.slot else ""
+        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {timer}{where}", style="cyan"))
     if snap.paused:
         lines.append(Text(f"  paused: {snap.paused}", style="yellow"))
     if snap.stop_reason:
@@ -72,6 +73,17 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
         recent = recent[:max(1, room)]
     lines.append(_attempts_table(recent))
     return Group(*lines)
+
+
+def _node_lines(snap: Snapshot) -> list[Text]:
+    """One line per node: its slots, this session's evaluations and their rate."""
+    out = []
+    for n in snap.nodes:
+        lost = f", {n.lost} lost" if n.lost else ""
+        out.append(Text(f"  {snap.executor} {n.node}: {len(n.slots)} slot(s) {', '.join(n.slots)}; "
+                        f"{n.evaluations} evaluations, {n.per_min:.1f}/min{lost}",
+                        style="dim", no_wrap=True, overflow="ellipsis"))
+    return out
 
 
 def _attempts_table(records) -> Table:
