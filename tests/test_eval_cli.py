@@ -25,8 +25,16 @@ def test_rmsnorm_seed_against_itself_json(capsys, device):
 
 
 @pytest.mark.parametrize("name", ["logprobs", "matmul"])
-def test_other_seeds_against_themselves(name, device):
-    spec = resolve(name)
+def test_other_seeds_against_themselves(name, device, tmp_path):
+    """The whole evaluation (timing and every timed-call check) of each seed against itself, on
+    a cut-down grid: the full grids pass check-seed in test_check_seed (and matmul's full grid
+    evaluated twice, once per worker, took minutes here)."""
+    from seedutil import copy_seed, shrink_grid
+    from tik_agent.spec.schema import load_spec
+
+    seed = copy_seed(name, tmp_path)
+    shrink_grid(seed, batch_sizes="[1, 3, 6]")
+    spec = load_spec(seed)
     verdict = evaluate(spec, spec.source, EvalOptions(device=device, rounds=3, warmup=1))
     assert verdict.passed, verdict.reason
     assert verdict.cases_passed == len(verdict.cases)

@@ -107,7 +107,7 @@ sys.path.insert(0, {repo!r})
 from tik_agent.judge import evaluate
 from tik_agent.sandbox import isolation, static
 
-static.check_source = lambda source, name: []  # hostile code must get to run
+static.check_source = lambda source, name, **_: []  # hostile code must get to run
 _request = evaluate._request
 def request(*args, **kwargs):
     req = _request(*args, **kwargs)
