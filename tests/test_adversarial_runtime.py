@@ -123,3 +123,14 @@ def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference
     verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", EvalOptions(device=options.device, timing=False),
                                  reference)
     assert verdict.passed, verdict.reason  # it raises at import if request.json is still there
+
+
+def test_a_finalizer_left_in_a_cycle_does_not_run_in_the_seeds_timed_calls(spec, options, reference):
+    """gc_finalizer.py leaves about a second of CPU work in a cyclic generator after each
+    call of the tiny cell; without the collector paused inside timed regions it runs in
+    the seed's next timed call (rounds 1 and 3 of 3), and the seed's median there takes
+    the second."""
+    verdict = evaluate_sandboxed(spec, CORPUS / "gc_finalizer.py", options, reference)
+    assert verdict.passed, verdict.reason
+    tiny = next(c for c in verdict.timing if c["name"] == "tiny")
+    assert tiny["seed"]["median_ms"] < 500, tiny  # the honest seed takes tens of ms at M=5, N=384
