@@ -103,6 +103,14 @@ def test_switch_on_a_literal_is_caught_by_the_sizes_around_it(spec, options, ref
     assert failed["case"] not in {c.id for c in reference.cases}  # not a fixed case: one added for the literal
 
 
+def test_a_literal_passed_as_a_launch_keyword_is_caught_by_the_sizes_around_it(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "literal_kwarg.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert verdict.reason.split(":M=")[1].split(",")[0] in ("300", "301"), verdict.reason
+    failed = next(c for c in verdict.cases if not c["passed"])
+    assert failed["case"] not in {c.id for c in reference.cases}  # a case added for the keyword's 300
+
+
 def test_a_literal_too_large_to_test_is_refused(spec, options, reference):
     verdict = evaluate_sandboxed(spec, CORPUS / "literal_too_large.py", options, reference)
     assert verdict.outcome is Outcome.REJECTED_STATIC
