@@ -96,6 +96,7 @@ def test_literals_reach_comparisons_through_every_binding_of_a_name():
         "augmented": "LIMIT = 100\nLIMIT += 200\ndef f(M):\n    return M >= LIMIT\n",
         "local": "def f(M):\n    limit = 150 * 2\n    return M >= limit\n",
         "loop target": "def f(M):\n    for limit in (300,):\n        if M >= limit: pass\n",
+        "helper return": "def _limit():\n    return 300\ndef f(M):\n    return M >= _limit()\n",
     }
     for route, source in routes.items():
         assert 300 in {lit.value for lit in compared_literals(source)}, route

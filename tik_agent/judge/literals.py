@@ -65,8 +65,9 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
     number can travel to a comparison: assignments (each one, at any level; a name
     assigned twice may be either value), tuple unpacking, ``for`` and comprehension
     targets, walrus, parameter defaults (a kernel's ``LIMIT: tl.constexpr = 300``),
-    and call arguments bound to the callee's parameters: keywords by name (``_k[grid](..,
-    LIMIT=300)``) and positional arguments of the file's own functions and kernels.
+    call arguments bound to the callee's parameters: keywords by name (``_k[grid](..,
+    LIMIT=300)``) and positional arguments of the file's own functions and kernels;
+    and what the file's own functions return (``M >= _limit()``).
     Scopes are ignored on purpose: a name that is two things may be either, and a
     number that reaches no comparison costs only three cases."""
     seen: dict[str, list[ast.expr]] = {}
@@ -102,6 +103,10 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
                 for args in functions.get(func.id, []):
                     positional = args.posonlyargs + args.args
                     bind((a.arg, v) for a, v in zip(positional, node.args) if not isinstance(v, ast.Starred))
+    for node in ast.walk(tree):  # ``M >= _limit()``: a call of the file's own function is what it returns
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bind((_RETURNS + node.name, r.value) for r in ast.walk(node)
+                 if isinstance(r, ast.Return) and r.value is not None)
     for node in augmented:  # ``L += 200``: any earlier value of L combined with it
         if isinstance(node.target, ast.Name) and node.target.id in seen:
             previous = ast.Tuple(elts=list(seen[node.target.id]), ctx=ast.Load())
@@ -109,6 +114,8 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
     return seen
 
 
+# Key of a function's return values among the bindings (not a valid identifier).
+_RETURNS = "return:"
 # A name or an operation stands for at most this many ints: folding stays cheap.
 _FOLD_VALUES = 32
 
@@ -121,6 +128,8 @@ def _fold(node: ast.expr, names: dict[str, list[ast.expr]], depth: int = 0) -> l
         return [node.value]
     if isinstance(node, ast.Name) and node.id in names:
         return _unique(v for value in names[node.id] for v in _fold(value, names, depth + 1))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and _RETURNS + node.func.id in names:
+        return _unique(v for value in names[_RETURNS + node.func.id] for v in _fold(value, names, depth + 1))
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return _unique(v for elt in node.elts for v in _fold(elt, names, depth + 1))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
