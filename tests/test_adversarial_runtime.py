@@ -111,6 +111,12 @@ def test_a_literal_passed_as_a_launch_keyword_is_caught_by_the_sizes_around_it(s
     assert failed["case"] not in {c.id for c in reference.cases}  # a case added for the keyword's 300
 
 
+def test_a_kernel_that_takes_the_width_for_the_row_stride_is_caught_by_a_padded_sub_batch(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "row_stride.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert "[invariance] sub-batch (rows of a wider buffer)" in verdict.reason, verdict.reason
+
+
 def test_a_literal_too_large_to_test_is_refused(spec, options, reference):
     verdict = evaluate_sandboxed(spec, CORPUS / "literal_too_large.py", options, reference)
     assert verdict.outcome is Outcome.REJECTED_STATIC

@@ -214,5 +214,26 @@ class Runner:
             picked = self._select(inputs, lambda t: t[: len(sub.index)])
         else:
             index = torch.tensor(sub.index, dtype=torch.long, device=self.device)
-            picked = self._select(inputs, lambda t: t.index_select(0, index))
+            picked = self._select(inputs, lambda t: padded_rows(t.index_select(0, index)))
         return self.call(case, picked, len(sub.index), 0)
+
+
+# Elements added to each row of a shuffled sub-batch's inputs (see padded_rows).
+ROW_PAD = 3
+
+
+def padded_rows(t):
+    """``t``'s values as a view of a wider buffer: each row (last dimension) is followed by
+    ``ROW_PAD`` elements that are not part of it (NaN for floats), so its row stride is
+    larger than its width.  The shuffled sub-batches get their inputs this way: what a
+    caller passes is often such a view (a slice of a fused projection), and a kernel that
+    takes the width for the row stride, or reads past a row's end, then differs from its
+    own full batch.  1-D inputs are left as they are."""
+    import torch
+
+    if t.dim() < 2 or t.shape[-1] == 0:
+        return t
+    wide = torch.empty((*t.shape[:-1], t.shape[-1] + ROW_PAD), dtype=t.dtype, device=t.device)
+    wide.fill_(float("nan") if t.is_floating_point() else 0)
+    wide[..., : t.shape[-1]] = t
+    return wide[..., : t.shape[-1]]
