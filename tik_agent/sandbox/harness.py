@@ -129,7 +129,8 @@ def poisoned_allocations(which: int):
     import torch
 
     originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
-    new_empty = torch.Tensor.new_empty
+    # Every allocator the static rules let a launcher call that hands out memory unwritten.
+    methods = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_empty_strided")}
 
     def poison(t):
         if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
@@ -141,15 +142,20 @@ def poisoned_allocations(which: int):
     def wrap(fn):
         return lambda *args, **kwargs: poison(fn(*args, **kwargs))
 
+    def wrap_method(fn):
+        return lambda self, *args, **kwargs: poison(fn(self, *args, **kwargs))
+
     for name, fn in originals.items():
         setattr(torch, name, wrap(fn))
-    torch.Tensor.new_empty = lambda self, *args, **kwargs: poison(new_empty(self, *args, **kwargs))
+    for name, fn in methods.items():
+        setattr(torch.Tensor, name, wrap_method(fn))
     try:
         yield
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
-        torch.Tensor.new_empty = new_empty
+        for name, fn in methods.items():
+            setattr(torch.Tensor, name, fn)
 
 
 def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
