@@ -103,6 +103,20 @@ def test_switch_on_a_literal_is_caught_by_the_sizes_around_it(spec, options, ref
     assert failed["case"] not in {c.id for c in reference.cases}  # not a fixed case: one added for the literal
 
 
+def test_a_literal_passed_as_a_launch_keyword_is_caught_by_the_sizes_around_it(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "literal_kwarg.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert verdict.reason.split(":M=")[1].split(",")[0] in ("300", "301"), verdict.reason
+    failed = next(c for c in verdict.cases if not c["passed"])
+    assert failed["case"] not in {c.id for c in reference.cases}  # a case added for the keyword's 300
+
+
+def test_a_kernel_that_takes_the_width_for_the_row_stride_is_caught_by_a_padded_sub_batch(spec, options, reference):
+    verdict = evaluate_sandboxed(spec, CORPUS / "row_stride.py", options, reference)
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert "[invariance] sub-batch (rows of a wider buffer)" in verdict.reason, verdict.reason
+
+
 def test_a_literal_too_large_to_test_is_refused(spec, options, reference):
     verdict = evaluate_sandboxed(spec, CORPUS / "literal_too_large.py", options, reference)
     assert verdict.outcome is Outcome.REJECTED_STATIC
@@ -123,3 +137,14 @@ def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference
     verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", EvalOptions(device=options.device, timing=False),
                                  reference)
     assert verdict.passed, verdict.reason  # it raises at import if request.json is still there
+
+
+def test_a_finalizer_left_in_a_cycle_does_not_run_in_the_seeds_timed_calls(spec, options, reference):
+    """gc_finalizer.py leaves about a second of CPU work in a cyclic generator after each
+    call of the tiny cell; without the collector paused inside timed regions it runs in
+    the seed's next timed call (rounds 1 and 3 of 3), and the seed's median there takes
+    the second."""
+    verdict = evaluate_sandboxed(spec, CORPUS / "gc_finalizer.py", options, reference)
+    assert verdict.passed, verdict.reason
+    tiny = next(c for c in verdict.timing if c["name"] == "tiny")
+    assert tiny["seed"]["median_ms"] < 500, tiny  # the honest seed takes tens of ms at M=5, N=384

@@ -84,6 +84,27 @@ def test_literals_compared_with_sizes_are_found_through_names_and_arithmetic():
     assert compared_literals("def f(M):\n    return min(M, 64)\n") == []  # negative control
 
 
+def test_literals_reach_comparisons_through_every_binding_of_a_name():
+    """Numbers that never appear in the comparison itself (found by the red team: each
+    of these let a chunk switch at 300 rows pass a CPU evaluation)."""
+    routes = {
+        "kernel keyword": "def k(M, SWITCH):\n    if M >= SWITCH: pass\ndef f(M):\n    k[(1,)](M, SWITCH=300)\n",
+        "kernel default": "def k(M, SWITCH=300):\n    if M >= SWITCH: pass\n",
+        "positional": "def k(M, SWITCH):\n    if M >= SWITCH: pass\ndef f(M):\n    k[(1,)](M, 300)\n",
+        "assigned twice": "LIMIT = 1\nLIMIT = 300\ndef f(M):\n    return M >= LIMIT\n",
+        "unpacked": "A, LIMIT = 1, 300\ndef f(M):\n    return M >= LIMIT\n",
+        "augmented": "LIMIT = 100\nLIMIT += 200\ndef f(M):\n    return M >= LIMIT\n",
+        "local": "def f(M):\n    limit = 150 * 2\n    return M >= limit\n",
+        "loop target": "def f(M):\n    for limit in (300,):\n        if M >= limit: pass\n",
+        "helper return": "def _limit():\n    return 300\ndef f(M):\n    return M >= _limit()\n",
+    }
+    for route, source in routes.items():
+        assert 300 in {lit.value for lit in compared_literals(source)}, route
+    # Names bound to non-constants, and numbers that reach no comparison, add nothing.
+    assert compared_literals("def f(x, M):\n    n = x.shape[1]\n    k[(1,)](M, n, BLOCK=300)\n") == []
+    assert compared_literals("def f(M, N=N):\n    return M > N\n") == []
+
+
 def _calls(n, out="o", inputs="i", launches=None):
     return [{"kind": "timed", "out": out, "inputs": inputs, "launches": launches or {"/k.py": 1}} for _ in range(n)]
 

@@ -44,3 +44,67 @@ def test_weighted_noise():
 def test_cell_round_trip():
     c = cell("a", 10.0, 8.0)
     assert CellTiming.from_dict(c.to_dict()) == c
+
+
+def _leave_finalizer(ran: list):
+    """A started generator in a reference cycle: its ``finally`` runs when the cyclic
+    collector frees it (no import needed: what a candidate can do)."""
+    def body():
+        try:
+            yield 1
+        finally:
+            ran.append(True)
+
+    gen = body()
+    for _ in gen:
+        break
+
+    def hold():
+        return gen, hold
+
+
+def test_the_wall_clock_timer_runs_no_cyclic_finalizer_inside_the_timed_call():
+    import gc
+
+    from tik_agent.backends.timers import WallClockTimer
+
+    ran: list = []
+    during: list = []
+
+    def timed():
+        junk = [[i] for i in range(20000)]  # far past the collector's allocation threshold
+        during.append(bool(ran))
+        return len(junk)
+
+    gc.collect()
+    _leave_finalizer(ran)
+    WallClockTimer().measure(timed)
+    assert during == [False]
+    gc.collect()
+    assert ran == [True]  # collected afterwards, outside the timed region
+    assert gc.isenabled()
+
+
+def test_the_graph_stand_in_runs_no_cyclic_finalizer_inside_a_replay():
+    import gc
+
+    from tik_agent.backends.graph_timer import EagerReplayBackend
+
+    ran: list = []
+    during: list = []
+
+    def call(_s):
+        junk = [[i] for i in range(20000)]
+        during.append(bool(ran))
+        return len(junk)
+
+    backend = EagerReplayBackend()
+    graph, _ = backend.capture(call, [0], 1)
+    during.clear()
+    gc.collect()
+    _leave_finalizer(ran)
+    backend.replay_ms(graph)
+    backend.eager_ms(call, [0], 1)
+    assert during == [False, False]
+    gc.collect()
+    assert ran == [True] and gc.isenabled()

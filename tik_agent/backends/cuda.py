@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tik_agent.backends.timers import collector_paused
+
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
@@ -27,9 +29,10 @@ class CudaEventTimer:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         self._flush.zero_()
-        torch.cuda.synchronize()
-        start.record()
-        out = fn()
-        end.record()
-        torch.cuda.synchronize()
+        with collector_paused():  # no finalizer left by an earlier call runs in this one
+            torch.cuda.synchronize()
+            start.record()
+            out = fn()
+            end.record()
+            torch.cuda.synchronize()
         return start.elapsed_time(end), out

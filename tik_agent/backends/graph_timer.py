@@ -26,6 +26,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from tik_agent.backends.timers import collector_paused
+
 MIN_SAMPLES = 20
 TARGET_REPLAY_MS = 2.0         # a replay long enough that event resolution does not matter
 MAX_CALLS = 4096
@@ -182,11 +184,12 @@ class TorchGraphBackend:
     def _events(self, body) -> float:
         torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        body()
-        end.record()
-        torch.cuda.synchronize()
+        with collector_paused():  # see tik_agent.backends.timers.collector_paused
+            torch.cuda.synchronize()
+            start.record()
+            body()
+            end.record()
+            torch.cuda.synchronize()
         return start.elapsed_time(end)
 
     def replay_ms(self, graph) -> float:
@@ -241,9 +244,10 @@ class EagerReplayBackend:
         import time
 
         calls, outputs = graph
-        start = time.perf_counter()
-        fresh = [fn(s) for fn, s in calls]
-        took = (time.perf_counter() - start) * 1e3
+        with collector_paused():
+            start = time.perf_counter()
+            fresh = [fn(s) for fn, s in calls]
+            took = (time.perf_counter() - start) * 1e3
         for old, new in zip(outputs, fresh):
             _copy_into(old, new)
         return took
@@ -251,10 +255,12 @@ class EagerReplayBackend:
     def eager_ms(self, fn, sets, calls) -> float:
         import time
 
-        start = time.perf_counter()
-        for i in range(calls):
-            fn(sets[i % len(sets)])
-        return (time.perf_counter() - start) * 1e3
+        with collector_paused():
+            start = time.perf_counter()
+            for i in range(calls):
+                fn(sets[i % len(sets)])
+            took = (time.perf_counter() - start) * 1e3
+        return took
 
     def clocks(self) -> dict:
         return {}

@@ -7,8 +7,9 @@ evaluation then also runs batch sizes ``lit - 1``, ``lit`` and ``lit + 1``, so
 the switch is crossed in front of the judge.  Kernel bodies count too: under the
 CPU interpreter they are host code, and ``M`` reaches them as a plain int.
 
-Every int in a comparison is taken (operands and their sub-expressions, module
-constants resolved, simple arithmetic folded), whatever the other side is:
+Every int in a comparison is taken (operands and their sub-expressions, names
+resolved through every binding in the file: assignments, defaults, call
+arguments; simple arithmetic folded), whatever the other side is:
 deciding which expressions are "dimensions" is what an adversary would
 exploit, and a literal that is not one costs three cases.  Not covered: a
 number the source does not spell as constant arithmetic (``int("64")``, a
@@ -37,42 +38,127 @@ class Literal:
     line: int
 
 
-def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
-    """Module-level names assigned exactly once, by a plain ``NAME = expr``."""
+def _targets(target: ast.expr, value: ast.expr | None) -> list[tuple[str, ast.expr]]:
+    """(name, expression) pairs a binding of ``value`` to ``target`` makes; tuples pair up."""
+    if value is None:
+        return []
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            return [pair for t, v in zip(target.elts, value.elts) for pair in _targets(t, v)]
+        # ``for a, b in ((1, 300),)``, ``A, B = PAIR``: each name may be any of the ints
+        return [pair for t in target.elts for pair in _targets(t, value)]
+    return []
+
+
+def _functions(tree: ast.Module) -> dict[str, list[ast.arguments]]:
+    out: dict[str, list[ast.arguments]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.setdefault(node.name, []).append(node.args)
+    return out
+
+
+def _bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
+    """Every expression any name is bound to, anywhere in the file, by any route a
+    number can travel to a comparison: assignments (each one, at any level; a name
+    assigned twice may be either value), tuple unpacking, ``for`` and comprehension
+    targets, walrus, parameter defaults (a kernel's ``LIMIT: tl.constexpr = 300``),
+    call arguments bound to the callee's parameters: keywords by name (``_k[grid](..,
+    LIMIT=300)``) and positional arguments of the file's own functions and kernels;
+    and what the file's own functions return (``M >= _limit()``).
+    Scopes are ignored on purpose: a name that is two things may be either, and a
+    number that reaches no comparison costs only three cases."""
     seen: dict[str, list[ast.expr]] = {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        value = getattr(node, "value", None)
-        for target in targets:
-            if isinstance(target, ast.Name) and value is not None:
-                seen.setdefault(target.id, []).append(value)
-    return {name: values[0] for name, values in seen.items() if len(values) == 1}
+
+    def bind(pairs) -> None:
+        for name, value in pairs:
+            if not (isinstance(value, ast.Name) and value.id == name):  # ``N=N`` says nothing new
+                seen.setdefault(name, []).append(value)
+
+    functions = _functions(tree)
+    augmented = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                bind(_targets(target, node.value))
+        elif isinstance(node, ast.AnnAssign):
+            bind(_targets(node.target, node.value))
+        elif isinstance(node, ast.AugAssign):
+            augmented.append(node)
+        elif isinstance(node, ast.NamedExpr):
+            bind(_targets(node.target, node.value))
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bind(_targets(node.target, node.iter))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            bind((a.arg, d) for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            bind((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+        elif isinstance(node, ast.Call):
+            bind((kw.arg, kw.value) for kw in node.keywords if kw.arg)
+            func = node.func.value if isinstance(node.func, ast.Subscript) else node.func  # ``kernel[grid](...)``
+            if isinstance(func, ast.Name):
+                for args in functions.get(func.id, []):
+                    positional = args.posonlyargs + args.args
+                    bind((a.arg, v) for a, v in zip(positional, node.args) if not isinstance(v, ast.Starred))
+    for node in ast.walk(tree):  # ``M >= _limit()``: a call of the file's own function is what it returns
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bind((_RETURNS + node.name, r.value) for r in ast.walk(node)
+                 if isinstance(r, ast.Return) and r.value is not None)
+    for node in augmented:  # ``L += 200``: any earlier value of L combined with it
+        if isinstance(node.target, ast.Name) and node.target.id in seen:
+            previous = ast.Tuple(elts=list(seen[node.target.id]), ctx=ast.Load())
+            bind([(node.target.id, ast.BinOp(left=previous, op=node.op, right=node.value))])
+    return seen
 
 
-def _fold(node: ast.expr, names: dict[str, ast.expr], depth: int = 0) -> list[int]:
-    """The ints an operand stands for (several for a tuple, list or set), or []."""
+# Key of a function's return values among the bindings (not a valid identifier).
+_RETURNS = "return:"
+# A name or an operation stands for at most this many ints: folding stays cheap.
+_FOLD_VALUES = 32
+
+
+def _fold(node: ast.expr, names: dict[str, list[ast.expr]], depth: int = 0) -> list[int]:
+    """The ints an operand may stand for (several for a tuple, list or set, or a name bound more than once)."""
     if depth > 20:
         return []
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return [node.value]
     if isinstance(node, ast.Name) and node.id in names:
-        return _fold(names[node.id], names, depth + 1)
+        return _unique(v for value in names[node.id] for v in _fold(value, names, depth + 1))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and _RETURNS + node.func.id in names:
+        return _unique(v for value in names[_RETURNS + node.func.id] for v in _fold(value, names, depth + 1))
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return [v for elt in node.elts for v in _fold(elt, names, depth + 1)]
+        return _unique(v for elt in node.elts for v in _fold(elt, names, depth + 1))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return [-v for v in _fold(node.operand, names, depth + 1)]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _fold(node.left, names, depth + 1), _fold(node.right, names, depth + 1)
-        if len(left) == 1 and len(right) == 1:
-            a, b = left[0], right[0]
-            if isinstance(node.op, (ast.Pow, ast.LShift)) and (b < 0 or b > 62):
-                return [_FOLD_LIMIT]
-            try:
-                value = _BINOPS[type(node.op)](a, b)
-            except (ZeroDivisionError, ValueError, OverflowError):
-                return []
-            return [max(-_FOLD_LIMIT, min(_FOLD_LIMIT, value))]
+        out = []
+        for a in left:
+            for b in right:
+                if isinstance(node.op, (ast.Pow, ast.LShift)) and (b < 0 or b > 62):
+                    out.append(_FOLD_LIMIT)
+                    continue
+                try:
+                    value = _BINOPS[type(node.op)](a, b)
+                except (ZeroDivisionError, ValueError, OverflowError):
+                    continue
+                out.append(max(-_FOLD_LIMIT, min(_FOLD_LIMIT, value)))
+        return _unique(out)
     return []
+
+
+def _unique(values) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+            if len(out) >= _FOLD_VALUES:
+                break
+    return out
 
 
 def _operands(node: ast.expr) -> list[ast.expr]:
@@ -93,7 +179,7 @@ def compared_literals(source: str, filename: str = "<candidate>") -> list[Litera
         tree = parse(source, filename)
     except SyntaxError:
         return []
-    names = _module_constants(tree)
+    names = _bindings(tree)
     found: dict[int, Literal] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):

@@ -129,7 +129,8 @@ def poisoned_allocations(which: int):
     import torch
 
     originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
-    new_empty = torch.Tensor.new_empty
+    # Every allocator the static rules let a launcher call that hands out memory unwritten.
+    methods = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_empty_strided")}
 
     def poison(t):
         if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
@@ -141,15 +142,20 @@ def poisoned_allocations(which: int):
     def wrap(fn):
         return lambda *args, **kwargs: poison(fn(*args, **kwargs))
 
+    def wrap_method(fn):
+        return lambda self, *args, **kwargs: poison(fn(self, *args, **kwargs))
+
     for name, fn in originals.items():
         setattr(torch, name, wrap(fn))
-    torch.Tensor.new_empty = lambda self, *args, **kwargs: poison(new_empty(self, *args, **kwargs))
+    for name, fn in methods.items():
+        setattr(torch.Tensor, name, wrap_method(fn))
     try:
         yield
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
-        torch.Tensor.new_empty = new_empty
+        for name, fn in methods.items():
+            setattr(torch.Tensor, name, fn)
 
 
 def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
@@ -214,5 +220,26 @@ class Runner:
             picked = self._select(inputs, lambda t: t[: len(sub.index)])
         else:
             index = torch.tensor(sub.index, dtype=torch.long, device=self.device)
-            picked = self._select(inputs, lambda t: t.index_select(0, index))
+            picked = self._select(inputs, lambda t: padded_rows(t.index_select(0, index)))
         return self.call(case, picked, len(sub.index), 0)
+
+
+# Elements added to each row of a shuffled sub-batch's inputs (see padded_rows).
+ROW_PAD = 3
+
+
+def padded_rows(t):
+    """``t``'s values as a view of a wider buffer: each row (last dimension) is followed by
+    ``ROW_PAD`` elements that are not part of it (NaN for floats), so its row stride is
+    larger than its width.  The shuffled sub-batches get their inputs this way: what a
+    caller passes is often such a view (a slice of a fused projection), and a kernel that
+    takes the width for the row stride, or reads past a row's end, then differs from its
+    own full batch.  1-D inputs are left as they are."""
+    import torch
+
+    if t.dim() < 2 or t.shape[-1] == 0:
+        return t
+    wide = torch.empty((*t.shape[:-1], t.shape[-1] + ROW_PAD), dtype=t.dtype, device=t.device)
+    wide.fill_(float("nan") if t.is_floating_point() else 0)
+    wide[..., : t.shape[-1]] = t
+    return wide[..., : t.shape[-1]]
