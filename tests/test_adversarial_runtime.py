@@ -145,6 +145,7 @@ def test_a_finalizer_left_in_a_cycle_does_not_run_in_the_seeds_timed_calls(spec,
     the seed's next timed call (rounds 1 and 3 of 3), and the seed's median there takes
     the second."""
     verdict = evaluate_sandboxed(spec, CORPUS / "gc_finalizer.py", options, reference)
-    assert verdict.passed, verdict.reason
+    # Its bits are honest; whether its own (noisy) time comes out faster or slower is not the point.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     tiny = next(c for c in verdict.timing if c["name"] == "tiny")
     assert tiny["seed"]["median_ms"] < 500, tiny  # the honest seed takes tens of ms at M=5, N=384
