@@ -35,15 +35,23 @@ REHEARSAL_CALLS = 2
 REHEARSAL_NAME = "eager replay stand-in for cuda graphs (rehearsal: wall clock)"
 
 
-def backend_for(device: str):
-    """The real graphs on cuda, the stand-in elsewhere; with the L2 size the sets must exceed."""
+def _l2(device: str) -> int:
     if device == "cuda":
         import torch
 
-        from tik_agent.backends.graph_timer import TorchGraphBackend, l2_bytes
+        from tik_agent.backends.graph_timer import l2_bytes
 
-        return TorchGraphBackend(), l2_bytes(torch), NAME
-    return EagerReplayBackend(), DEFAULT_L2_BYTES, REHEARSAL_NAME
+        return l2_bytes(torch)
+    return DEFAULT_L2_BYTES
+
+
+def backend_for(device: str):
+    """The real graphs on cuda, the stand-in elsewhere; with the L2 size the sets must exceed."""
+    if device == "cuda":
+        from tik_agent.backends.graph_timer import TorchGraphBackend
+
+        return TorchGraphBackend(), _l2(device), NAME
+    return EagerReplayBackend(), _l2(device), REHEARSAL_NAME
 
 
 def _slots(spec, cell, device: str, base_seed: int, calls: int) -> InputSlots:
@@ -56,7 +64,7 @@ def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
     import time
 
     kwargs = dict(spec.kwargs)
-    _, l2, _ = backend_for(device)
+    l2 = _l2(device)  # the seed's worker captures nothing: no backend (stream, NVML) to make
     out = {}
     for cell in spec.workload_for(device):
         g = graph[cell.name]
