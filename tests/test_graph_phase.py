@@ -153,8 +153,9 @@ def test_the_seed_passes_and_its_speedup_comes_from_the_replays(spec, reference)
     assert set(row["device"]["launch_overhead_us"]) == {"candidate", "seed"}
 
 
-def test_a_kernel_that_changes_once_replayed_is_an_integrity_failure(spec, reference):
-    verdict = evaluate_sandboxed(spec, CORPUS / "replay_counter.py", GRAPHS, reference)
+@pytest.mark.parametrize("name", ["replay_counter.py", "replay_shared_output.py"])
+def test_a_kernel_that_changes_once_replayed_is_an_integrity_failure(spec, reference, name):
+    verdict = evaluate_sandboxed(spec, CORPUS / name, GRAPHS, reference)
     assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
     assert verdict.reason.startswith("graphs:small: [replay]"), verdict.reason
     assert all(c["passed"] for c in verdict.cases) and verdict.speedup is None
