@@ -229,7 +229,7 @@ def _judge(spec, device: str, reference: Reference, outputs: dict, result: dict,
     for case in reference.cases:
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, reference.outputs[case.id], r, tuple(o.name for o in spec.outputs)))
+        results.append(judge_against(case, out, reference.outputs[case.id], r, tuple(o.name for o in spec.checked_outputs)))
     cases = [r.to_dict() for r in results]
     failed = next((r for r in results if not r.passed), None)
     if failed is not None:

@@ -137,30 +137,37 @@ def _time(spec, device, candidate, others, timing):
     kwargs = dict(spec.kwargs)
     samples = {cell.name: {n: [] for n in names} for cell in spec.workload_for(device)}
     serial = 0
+    cell_kind = {cell.name: cell.backward for cell in spec.workload_for(device)}
 
     def fresh(cell):
         nonlocal serial
         serial += 1
-        return make_inputs(spec, workload_case(cell, 10_000 + serial), device)
+        inputs = make_inputs(spec, workload_case(cell, 10_000 + serial), device)
+        # An inference cell times the forward alone; a training cell the whole step.
+        return inputs if cell.backward else inputs[: len(spec.inputs)]
+
+    def step(fn, cell):
+        return fn if cell_kind[cell.name] or not hasattr(fn, "forward") else fn.forward
 
     for _ in range(int(timing["warmup"])):
         for cell in spec.workload_for(device):
             for name in names:
-                kernels[name](*fresh(cell), **kwargs)
+                step(kernels[name], cell)(*fresh(cell), **kwargs)
     for r in range(int(timing["rounds"])):
         for cell in spec.workload_for(device):
             order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
                 inputs = fresh(cell)
-                ms, _ = timer.measure(lambda: kernels[name](*inputs, **kwargs))
+                fn = step(kernels[name], cell)
+                ms, _ = timer.measure(lambda: fn(*inputs, **kwargs))
                 samples[cell.name][name].append(ms)
     recheck = {}
     for cell in spec.workload_for(device):
         inputs = fresh(cell)
         # The candidate first: freed memory holds only outputs of *other* inputs,
         # so a candidate that returns stale memory cannot match the seed here.
-        cand = candidate(*inputs, **kwargs)
-        ref = others["seed"](*inputs, **kwargs)
+        cand = step(candidate, cell)(*inputs, **kwargs)
+        ref = step(others["seed"], cell)(*inputs, **kwargs)
         recheck[cell.name] = {"candidate": cand, "seed": ref}
     return {"timer": timer.name, "samples": samples}, recheck
 

@@ -59,6 +59,12 @@ error names the file, the field and the offending value.  The schema::
 
     [tunables]                        # module-level constants of kernel.py that
     ROWS_PER_PROGRAM = [1, 2, 4, 8]   # leave each row's reduction order alone
+
+    [backward]                        # optional gradient entry in the same file,
+    entry = "rms_norm_backward"       # judged with the forward in every parity
+    grads = ["dy"]                    # case (see tik_agent/spec/backward.py);
+    wrt = ["x", "weight"]             # workload cells with `backward = true`
+                                      # time forward plus backward
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ from tik_agent.spec.layouts import (
     SequenceSpec, check_role, check_sequence_spec, derived_dims, parse_layout, parse_sequences,
 )
 from tik_agent.spec.outputs import OutputSpec, parse_outputs
+from tik_agent.spec.backward import (
+    BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward,
+)
 from tik_agent.spec.fields import (
     BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
     _shape,
@@ -137,6 +146,7 @@ class WorkloadCell:
     dtype: str
     weight: float
     devices: tuple[str, ...] = ("cpu", "cuda")
+    backward: bool = False  # a training cell: forward plus backward are timed together
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,17 @@ class KernelSpec:
     tunables: Mapping[str, tuple[Scalar, ...]] = field(default_factory=dict)
     layout: str = "rows"
     sequences: SequenceSpec | None = None
+    backward: BackwardSpec | None = None
+
+    @property
+    def checked_inputs(self) -> tuple[InputSpec, ...]:
+        """What a judged call takes: the inputs, then the upstream gradients if any."""
+        return self.inputs + (grad_inputs(self.backward, self.outputs) if self.backward else ())
+
+    @property
+    def checked_outputs(self) -> tuple[OutputSpec, ...]:
+        """What a judged call returns: the outputs, then the gradients if any."""
+        return self.outputs + (grad_outputs(self.backward, self.inputs) if self.backward else ())
 
     @property
     def output(self) -> OutputSpec:
@@ -199,7 +220,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     top = _Reader(path, data, "")
     top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "outputs", "parity", "tolerance", "workload",
-                 "tunables", "sequences"})
+                 "tunables", "sequences", "backward"})
 
     kernel = _Reader(path, top.table_of("kernel"), "kernel")
     kernel.unknown({"name", "description", "entry", "source", "reference", "layout"})
@@ -241,14 +262,18 @@ def load_spec(directory: Path | str) -> KernelSpec:
 
     parity = _parse_parity(path, top.table_of("parity"))
     tolerances = _parse_tolerances(path, top.table_of("tolerance", {}), parity.dtypes)
+    backward = parse_backward(path, top.table_of("backward", None), inputs, outputs, layout)
     workload = _parse_workload(path, top.get("workload", list), dims)
+    for n, cell in enumerate(workload):
+        if cell.backward and backward is None:
+            raise _err(path, f"workload[{n}].backward", "a training cell needs a [backward] entry")
     tunables = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
         name=name, description=kernel.get("description", str, ""), entry=entry,
         directory=directory, source=source, reference=reference, inputs=inputs,
         kwargs=kwargs, outputs=outputs, dims=dims, parity=parity, tolerances=tolerances,
-        workload=workload, tunables=tunables, layout=layout, sequences=sequences,
+        workload=workload, tunables=tunables, layout=layout, sequences=sequences, backward=backward,
     )
     _check_source_matches(spec)
     return spec
@@ -368,7 +393,7 @@ def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[W
                 raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "backward"):
                 continue
             if key not in dims:
                 raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
@@ -378,7 +403,8 @@ def _parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[W
         for d in dims:
             if d not in cell_dims:
                 raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices),
+                                  r.get("backward", bool, False)))
     for device in ("cpu", "cuda"):
         if not any(device in c.devices for c in cells):
             raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
@@ -429,6 +455,8 @@ def _check_source_matches(spec: KernelSpec) -> None:
     for key in spec.kwargs:
         if key not in params:
             raise _err(spec.spec_path, f"kwargs.{key}", f"{spec.entry} has no such parameter; it takes {params}")
+    if spec.backward is not None:
+        check_backward_source(spec, funcs)
     constants = module_constants(tree)
     for key in spec.tunables:
         if key not in constants:
