@@ -1,0 +1,79 @@
+"""The evaluator judges a backward entry's bits like the forward's, in the sandbox."""
+
+import pytest
+
+from conftest import DEVICE
+from seedutil import edit, small_rmsnorm
+from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from tik_agent.judge.records import Outcome
+from tik_agent.spec.schema import load_spec
+
+BACKWARD = """
+[backward]
+entry = "rms_norm_backward"
+grads = ["dy"]
+wrt = ["x", "weight"]
+
+[[workload]]
+name = "small-step"
+M = 8
+N = 512
+dtype = "float32"
+weight = 1.0
+backward = true
+
+"""
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory):
+    seed = small_rmsnorm(tmp_path_factory.mktemp("bw"))
+    text = (seed / "spec.toml").read_text()
+    at = text.index("[tunables]")
+    (seed / "spec.toml").write_text(text[:at] + BACKWARD + text[at:])
+    return seed
+
+
+@pytest.fixture(scope="module")
+def options():
+    return EvalOptions(device=DEVICE, timeout_s=300, rounds=2, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def reference(seed, options):
+    return compute_reference(load_spec(seed), options)
+
+
+def _candidate(seed, tmp_path, old, new):
+    path = tmp_path / "candidate.py"
+    path.write_text((seed / "kernel.py").read_text())
+    edit(path, old, new)
+    return path
+
+
+def test_seed_as_candidate_passes_with_timed_training_cell(seed, options, reference, tmp_path):
+    spec = load_spec(seed)
+    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 128", "DW_BLOCK_N = 256")
+    verdict = evaluate(spec, path, options, reference)
+    # Wider column blocks leave every order alone: the bits pass (speed is noise here).
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
+    assert {c["name"] for c in verdict.timing} == {"small", "small-step"}
+    assert all("dweight" not in (c["message"] or "") for c in verdict.cases)
+
+
+def test_dweight_order_that_follows_the_batch_is_caught(seed, options, reference, tmp_path):
+    spec = load_spec(seed)
+    path = _candidate(seed, tmp_path, "ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N",
+                      "ROW_CHUNK=max(2, triton.next_power_of_2(triton.cdiv(M, 2))), BLOCK=DW_BLOCK_N")
+    verdict = evaluate(spec, path, options, reference)
+    assert verdict.outcome == Outcome.PARITY_FAILED, verdict.reason
+    assert "[parity]" in verdict.reason and "output dweight:" in verdict.reason
+
+
+def test_per_row_gradient_that_depends_on_the_batch_is_caught(seed, options, reference, tmp_path):
+    spec = load_spec(seed)
+    path = _candidate(seed, tmp_path, "        dx = w * dy * rstd - x * coef\n",
+                      "        dx = w * dy * rstd - x * coef * (1.0 + (M > 4) * 1e-6)\n")
+    verdict = evaluate(spec, path, options, reference)
+    assert verdict.outcome == Outcome.PARITY_FAILED, verdict.reason
+    assert "output dx:" in verdict.reason
