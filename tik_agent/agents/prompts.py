@@ -136,7 +136,20 @@ def template_variables(context: AgentContext) -> dict[str, object]:
         "device": context.device,
         "is_interpreter": context.is_interpreter,
         "attempt_index": context.attempt_index,
+        "backward_entry": backward_entry(context.spec_text),
     }
+
+
+def backward_entry(spec_text: str) -> str | None:
+    """The spec's backward entry, if it declares one (the prompts then explain its contract)."""
+    import tomllib
+
+    try:
+        table = tomllib.loads(spec_text).get("backward")
+    except tomllib.TOMLDecodeError:
+        return None
+    entry = table.get("entry") if isinstance(table, dict) else None
+    return entry if isinstance(entry, str) else None
 
 
 def _timing_row(row: Mapping[str, object]) -> dict[str, object]:
