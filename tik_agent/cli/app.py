@@ -13,7 +13,7 @@ import typer
 from rich.logging import RichHandler
 
 from tik_agent import __version__
-from tik_agent.cli import eval_commands, export_commands, run_commands, seed_commands
+from tik_agent.cli import eval_commands, export_commands, onpolicy_commands, run_commands, seed_commands
 from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, console, err_console
 from tik_agent.errors import CheckFailed, UsageError
 
@@ -24,7 +24,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for _module in (seed_commands, eval_commands, run_commands, export_commands):
+for _module in (seed_commands, eval_commands, run_commands, export_commands, onpolicy_commands):
     _module.register(app)
 
 

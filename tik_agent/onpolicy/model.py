@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Config:
-    vocab: int = 512
-    dim: int = 128
+    vocab: int = 256
+    dim: int = 64
     layers: int = 2
     heads: int = 4
-    kv_heads: int = 2
+    kv_heads: int = 2       # grouped-query attention: two query heads per KV head
     head_dim: int = 64      # the attention seed takes 64 or 128
-    ffn: int = 256
+    ffn: int = 128
     eps: float = 1e-6
     rope_base: float = 10000.0
     max_positions: int = 256
