@@ -53,7 +53,7 @@ def _candidate(seed, tmp_path, old, new):
 
 def test_seed_as_candidate_passes_with_timed_training_cell(seed, options, reference, tmp_path):
     spec = load_spec(seed)
-    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 128", "DW_BLOCK_N = 256")
+    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 256", "DW_BLOCK_N = 512")
     verdict = evaluate(spec, path, options, reference)
     # Wider column blocks leave every order alone: the bits pass (speed is noise here).
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
@@ -72,8 +72,8 @@ def test_dweight_order_that_follows_the_batch_is_caught(seed, options, reference
 
 def test_per_row_gradient_that_depends_on_the_batch_is_caught(seed, options, reference, tmp_path):
     spec = load_spec(seed)
-    path = _candidate(seed, tmp_path, "        dx = w * dy * rstd - x * coef\n",
-                      "        dx = w * dy * rstd - x * coef * (1.0 + (M > 4) * 1e-6)\n")
+    path = _candidate(seed, tmp_path, "        dx = w[None, :] * dy * rstd[:, None] - x * coef[:, None]\n",
+                      "        dx = w[None, :] * dy * rstd[:, None] - x * coef[:, None] * (1.0 + (M > 4) * 1e-6)\n")
     verdict = evaluate(spec, path, options, reference)
     assert verdict.outcome == Outcome.PARITY_FAILED, verdict.reason
     assert "output dx:" in verdict.reason

@@ -58,3 +58,18 @@ def test_cli_json(capsys, monkeypatch):
 def test_cli_refuses_an_unknown_kernel_kind(capsys):
     assert cli.run(["onpolicy", "--kernel", "softmax=x.py"]) == 2
     assert "KIND=FILE" in capsys.readouterr().err
+
+
+def test_a_wheels_kernel_replaces_the_seed_of_its_kind(tmp_path):
+    import zipfile
+
+    from tik_agent.onpolicy import sources
+
+    wheel = tmp_path / "tik_kernel_rmsnorm-0.1.0-py3-none-any.whl"
+    kernel = (BUNDLED_DIR / "rmsnorm" / "kernel.py").read_text() + "\n# the wheel's copy\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("tik_kernel_rmsnorm/spec.toml", (BUNDLED_DIR / "rmsnorm" / "spec.toml").read_text())
+        zf.writestr("tik_kernel_rmsnorm/kernel.py", kernel)
+    kind, path = sources.from_wheel(wheel, tmp_path)
+    assert kind == "rmsnorm" and path.read_text() == kernel
+    assert kernels.certified({kind: path}).sources["rmsnorm"] == str(path)

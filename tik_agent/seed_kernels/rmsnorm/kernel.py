@@ -29,7 +29,7 @@ BLOCK_N = 1024
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 4
 ROW_CHUNK = 16
-DW_BLOCK_N = 128
+DW_BLOCK_N = 256
 
 
 @triton.jit
@@ -92,32 +92,36 @@ def _rms_norm_dx_kernel(
     stride_xm, stride_dym, stride_dxm,
     eps,
     BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < M
     cols = tl.arange(0, BLOCK_N)
-    # The forward's sum of squares (same lanes, same order), and the row's
+    r64 = rows.to(tl.int64)[:, None]
+    # The forward's sum of squares (same lanes, same order), and each row's
     # sum of x * w * dy, both over BLOCK_N lanes merged by one tl.sum.
-    lanes_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    lanes_dot = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    lanes_sq = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    lanes_dot = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         c = start + cols
-        mask = c < N
-        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
+        mask = row_ok[:, None] & (c < N)[None, :]
+        x = tl.load(x_ptr + r64 * stride_xm + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + c[None, :], mask=mask, other=0.0).to(tl.float32)
         lanes_sq += x * x
-        lanes_dot += x * w * dy
-    rstd = 1.0 / tl.sqrt(tl.sum(lanes_sq, axis=0) / N + eps)
-    coef = tl.sum(lanes_dot, axis=0) * rstd * rstd * rstd / N
-    tl.store(rstd_ptr + row, rstd)
+        lanes_dot += x * w[None, :] * dy
+    rstd = 1.0 / tl.sqrt(tl.sum(lanes_sq, axis=1) / N + eps)
+    coef = tl.sum(lanes_dot, axis=1) * rstd * rstd * rstd / N
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
     for start in range(0, N, BLOCK_N):
         c = start + cols
-        mask = c < N
-        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
-        dx = w * dy * rstd - x * coef
-        tl.store(dx_ptr + row * stride_dxm + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        mask = row_ok[:, None] & (c < N)[None, :]
+        x = tl.load(x_ptr + r64 * stride_xm + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        dx = w[None, :] * dy * rstd[:, None] - x * coef[:, None]
+        tl.store(dx_ptr + r64 * stride_dxm + c[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -154,9 +158,9 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, e
     dx = torch.empty_like(x)
     rstd = torch.empty((M,), dtype=torch.float32, device=x.device)
     dweight = torch.empty_like(weight)
-    _rms_norm_dx_kernel[(M,)](
+    _rms_norm_dx_kernel[(triton.cdiv(M, ROWS_PER_PROGRAM),)](
         x, weight, dy, dx, rstd, M, N, x.stride(0), dy.stride(0), dx.stride(0), eps,
-        BLOCK_N=BLOCK_N, num_warps=NUM_WARPS,
+        BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
     _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](
         x, dy, rstd, dweight, M, N, x.stride(0), dy.stride(0),
