@@ -18,7 +18,8 @@ taken in fixed chunks of ``ROW_CHUNK`` (one ``tl.sum`` over a chunk's rows,
 missing rows contributing 0.0), and the chunk sums are added in ascending order
 into one fp32 accumulator per column.  ``ROW_CHUNK`` is part of the numerics and
 never depends on M, so dweight has the same bits as the seed's at every batch
-size.
+size.  ``BWD_ROWS_PER_PROGRAM`` (rows per dx program) and ``DW_BLOCK_N``
+(columns per dweight program) only distribute the work.
 """
 
 import torch
@@ -29,7 +30,8 @@ BLOCK_N = 1024
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 4
 ROW_CHUNK = 16
-DW_BLOCK_N = 256
+DW_BLOCK_N = 512
+BWD_ROWS_PER_PROGRAM = 4
 
 
 @triton.jit
@@ -158,9 +160,9 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, e
     dx = torch.empty_like(x)
     rstd = torch.empty((M,), dtype=torch.float32, device=x.device)
     dweight = torch.empty_like(weight)
-    _rms_norm_dx_kernel[(triton.cdiv(M, ROWS_PER_PROGRAM),)](
+    _rms_norm_dx_kernel[(triton.cdiv(M, BWD_ROWS_PER_PROGRAM),)](
         x, weight, dy, dx, rstd, M, N, x.stride(0), dy.stride(0), dx.stride(0), eps,
-        BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+        BLOCK_N=BLOCK_N, ROWS=BWD_ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
     _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](
         x, dy, rstd, dweight, M, N, x.stride(0), dy.stride(0),
