@@ -20,6 +20,7 @@ class WorkloadCell:
     dtype: str
     weight: float
     devices: tuple[str, ...] = ("cpu", "cuda")
+    backward: bool = False  # a training cell: forward plus backward are timed together
 
 
 def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
@@ -51,7 +52,7 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
                 raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices"):
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "backward"):
                 continue
             if key not in dims:
                 raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
@@ -61,7 +62,8 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
         for d in dims:
             if d not in cell_dims:
                 raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices)))
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices),
+                                  r.get("backward", bool, False)))
     for device in ("cpu", "cuda"):
         if not any(device in c.devices for c in cells):
             raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")

@@ -1,0 +1,110 @@
+"""Backward entries of the bundled seeds: gradients close to float64 autograd,
+per-row gradients batch invariant, batch reductions with the seed's bits at
+every batch size; and negative controls that each check can fail."""
+
+import pytest
+import torch
+
+from bitassert import assert_same_bits
+from tik_agent.errors import SpecError
+from tik_agent.judge.seedcheck import check_seed
+from tik_agent.sandbox.harness import load_seed_entry
+from tik_agent.spec.cases import Case, make_inputs
+from tik_agent.spec.seeds import BUNDLED_DIR
+from tik_agent.spec.schema import load_spec
+
+from seedutil import copy_seed, edit
+
+SMALL = {"rmsnorm": {"N": 300}, "logprobs": {"V": 700}, "matmul": {"K": 40, "N": 24}}
+
+
+def _cases(name: str, dtypes=("float32", "bfloat16")) -> list[Case]:
+    dims = SMALL[name]
+    out = [Case(m, dims, dtype, regime, 0) for m, dtype, regime in
+           ((1, dtypes[0], "normal"), (5, dtypes[-1], "normal"), (3, dtypes[0], "zero"), (4, dtypes[0], "special"))]
+    out.append(Case(6, dims, dtypes[0], "normal", 1, invariance=True, subbatches=1))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_seed_backward_passes_its_own_checks(name):
+    spec = load_spec(BUNDLED_DIR / name)
+    assert spec.backward is not None
+    report = check_seed(spec, "cpu", _cases(name), stop_at_first=False)
+    assert report.passed, report.first_failure
+    counts = report.counts_by_check()
+    assert counts["invariance"] == 1 and counts["reference"] >= 3
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_gradients_match_torch_autograd_in_fp32(name):
+    spec = load_spec(BUNDLED_DIR / name)
+    step = load_seed_entry(spec)
+    inputs = make_inputs(spec, Case(7, SMALL[name], "float32", "normal", 3))
+    out = step(*inputs, **spec.kwargs)
+    n = len(spec.inputs)
+    leaves = [t.clone().requires_grad_() if i.name in spec.backward.wrt else t for i, t in zip(spec.inputs, inputs)]
+    if name == "rmsnorm":
+        y = (torch.nn.functional.rms_norm(leaves[0], (leaves[0].shape[1],), leaves[1], eps=spec.kwargs["eps"]),)
+    elif name == "logprobs":
+        y = (torch.log_softmax(leaves[0], -1).gather(1, leaves[1][:, None])[:, 0],)
+    else:
+        y = (leaves[0] @ leaves[1],)
+    wrt = [t for i, t in zip(spec.inputs, leaves) if i.name in spec.backward.wrt]
+    grads = torch.autograd.grad(y, wrt, inputs[n:])
+    for got, want in zip(out[len(spec.outputs):], grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _weight_gradient_across_batches(spec, m_small, m_large):
+    """dweight of the first m_small rows, run alone and as the rows of a larger batch padded with zeros."""
+    step = load_seed_entry(spec)
+    x, w, dy = make_inputs(spec, Case(m_large, SMALL["rmsnorm"], "float32", "normal", 0))
+    alone = step(x[:m_small], w, dy[:m_small], **spec.kwargs)[2]
+    padded_dy = torch.cat([dy[:m_small], torch.zeros_like(dy[m_small:])])
+    return alone, step(x, w, padded_dy, **spec.kwargs)[2]
+
+
+def test_rmsnorm_dweight_order_is_fixed_by_row_index_not_batch():
+    """Zero rows appended to the batch add exact zeros: with an order that depends
+    only on the row index, dweight keeps its bits."""
+    alone, padded = _weight_gradient_across_batches(load_spec(BUNDLED_DIR / "rmsnorm"), 20, 37)
+    assert_same_bits(alone, padded, "dweight of 20 rows vs the same rows padded to 37")
+
+
+def test_batch_dependent_reduction_order_is_caught(tmp_path):
+    """Negative control: a dweight whose row chunk follows the batch (a fixed number
+    of splits instead of a fixed split size) differs from the seed's bits."""
+    seed = copy_seed("rmsnorm", tmp_path)
+    edit(seed / "kernel.py", "ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N",
+         "ROW_CHUNK=max(2, triton.next_power_of_2(triton.cdiv(M, 2))), BLOCK=DW_BLOCK_N")
+    bad, good = load_spec(seed), load_spec(BUNDLED_DIR / "rmsnorm")
+    case = Case(33, SMALL["rmsnorm"], "float32", "normal", 0)
+    inputs = make_inputs(good, case)
+    expected = load_seed_entry(good)(*inputs, **good.kwargs)
+    got = load_seed_entry(bad)(*inputs, **bad.kwargs)
+    assert_same_bits(expected[1], got[1], "dx is per row and unaffected")
+    assert not torch.equal(expected[2].view(torch.int32), got[2].view(torch.int32)), "dweight should differ"
+
+
+@pytest.mark.parametrize("table, problem", [
+    ('grads = ["dy"]', 'grads = ["dy", "dz"]'),
+    ('wrt = ["x", "weight"]', 'wrt = ["x", "bias"]'),
+    ('entry = "rms_norm_backward"', 'entry = "rms_norm_bwd"'),
+    ('wrt = ["x", "weight"]', 'wrt = ["x", "weight"]\nfoo = 1'),
+])
+def test_backward_table_is_validated(tmp_path, table, problem):
+    seed = copy_seed("rmsnorm", tmp_path)
+    edit(seed / "spec.toml", table, problem)
+    with pytest.raises(SpecError, match="backward"):
+        load_spec(seed)
+
+
+def test_training_cell_needs_a_backward_entry(tmp_path):
+    seed = copy_seed("rmsnorm", tmp_path)
+    text = (seed / "spec.toml").read_text()
+    start = text.index("[backward]")
+    end = text.index("[tunables]")
+    (seed / "spec.toml").write_text(text[:start] + text[end:])
+    with pytest.raises(SpecError, match=r"workload\[\d\]\.backward"):
+        load_spec(seed)
