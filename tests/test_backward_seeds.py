@@ -15,7 +15,7 @@ from tik_agent.spec.schema import load_spec
 
 from seedutil import copy_seed, edit
 
-SMALL = {"rmsnorm": {"N": 300}, "logprobs": {"V": 700}, "matmul": {"K": 40, "N": 24}}
+SMALL = {"rmsnorm": {"N": 300}, "add_rmsnorm": {"N": 300}, "logprobs": {"V": 700}, "matmul": {"K": 40, "N": 24}}
 
 
 def _cases(name: str, dtypes=("float32", "bfloat16")) -> list[Case]:
@@ -46,6 +46,9 @@ def test_gradients_match_torch_autograd_in_fp32(name):
     leaves = [t.clone().requires_grad_() if i.name in spec.backward.wrt else t for i, t in zip(spec.inputs, inputs)]
     if name == "rmsnorm":
         y = (torch.nn.functional.rms_norm(leaves[0], (leaves[0].shape[1],), leaves[1], eps=spec.kwargs["eps"]),)
+    elif name == "add_rmsnorm":
+        s = leaves[0] + leaves[1]
+        y = (torch.nn.functional.rms_norm(s, (s.shape[1],), leaves[2], eps=spec.kwargs["eps"]), s)
     elif name == "logprobs":
         y = (torch.log_softmax(leaves[0], -1).gather(1, leaves[1][:, None])[:, 0],)
     else:
@@ -72,19 +75,35 @@ def test_rmsnorm_dweight_order_is_fixed_by_row_index_not_batch():
     assert_same_bits(alone, padded, "dweight of 20 rows vs the same rows padded to 37")
 
 
-def test_batch_dependent_reduction_order_is_caught(tmp_path):
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm"])
+def test_batch_dependent_reduction_order_is_caught(tmp_path, name):
     """Negative control: a dweight whose row chunk follows the batch (a fixed number
     of splits instead of a fixed split size) differs from the seed's bits."""
-    seed = copy_seed("rmsnorm", tmp_path)
+    seed = copy_seed(name, tmp_path)
     edit(seed / "kernel.py", "ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N",
          "ROW_CHUNK=max(2, triton.next_power_of_2(triton.cdiv(M, 2))), BLOCK=DW_BLOCK_N")
-    bad, good = load_spec(seed), load_spec(BUNDLED_DIR / "rmsnorm")
-    case = Case(33, SMALL["rmsnorm"], "float32", "normal", 0)
+    bad, good = load_spec(seed), load_spec(BUNDLED_DIR / name)
+    case = Case(33, SMALL[name], "float32", "normal", 0)
     inputs = make_inputs(good, case)
     expected = load_seed_entry(good)(*inputs, **good.kwargs)
     got = load_seed_entry(bad)(*inputs, **bad.kwargs)
-    assert_same_bits(expected[1], got[1], "dx is per row and unaffected")
-    assert not torch.equal(expected[2].view(torch.int32), got[2].view(torch.int32)), "dweight should differ"
+    n = len(good.outputs)
+    for k in range(n, len(expected) - 1):
+        assert_same_bits(expected[k], got[k], f"{good.checked_outputs[k].name} is per row and unaffected")
+    assert n < len(expected) - 1
+    assert not torch.equal(expected[-1].view(torch.int32), got[-1].view(torch.int32)), "dweight should differ"
+
+
+def test_add_rmsnorm_dresidual_that_follows_the_batch_is_caught(tmp_path):
+    """Negative control for a per-row gradient: a dresidual that depends on M fails
+    check-seed's invariance (rows alone against the full batch)."""
+    seed = copy_seed("add_rmsnorm", tmp_path)
+    edit(seed / "kernel.py", "        tl.store(dr_ptr + r64 * stride_drm + c[None, :], g, mask=mask)\n",
+         "        tl.store(dr_ptr + r64 * stride_drm + c[None, :], (g.to(tl.float32) * (1.0 + 0.01 * (M > 1)))"
+         ".to(dr_ptr.dtype.element_ty), mask=mask)\n")
+    report = check_seed(load_spec(seed), "cpu", [Case(6, SMALL["add_rmsnorm"], "float32", "normal", 1,
+                                                      invariance=True, subbatches=1)], stop_at_first=False)
+    assert not report.passed and "dresidual" in report.first_failure.message
 
 
 @pytest.mark.parametrize("table, problem", [
