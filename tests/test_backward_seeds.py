@@ -127,3 +127,21 @@ def test_training_cell_needs_a_backward_entry(tmp_path):
     (seed / "spec.toml").write_text(text[:start] + text[end:])
     with pytest.raises(SpecError, match=r"workload\[\d\]\.backward"):
         load_spec(seed)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("regime", ["normal", "special"])
+@pytest.mark.parametrize("name, value", [("BWD_ROWS_PER_PROGRAM", 1), ("BWD_ROWS_PER_PROGRAM", 4),
+                                         ("DW_BLOCK_N", 256), ("DW_BLOCK_N", 512)])
+def test_rmsnorm_backward_work_distribution_keeps_the_bits(dtype, regime, name, value, monkeypatch):
+    """Rows per dx program and columns per dweight program only distribute the work: the
+    seed's values (16, 2048) are the interpreter's cheapest, any other gives the same bits."""
+    from tik_agent.sandbox.harness import load_kernel
+
+    spec = load_spec(BUNDLED_DIR / "rmsnorm")
+    kernel = load_kernel(spec.source, "test")
+    x, w, dy = make_inputs(spec, Case(37, {"N": 2101}, dtype, regime, 0))
+    seed = kernel.rms_norm_backward(x, w, dy)
+    monkeypatch.setattr(kernel, name, value)
+    for grad, a, b in zip(("dx", "dweight"), seed, kernel.rms_norm_backward(x, w, dy)):
+        assert_same_bits(a, b, f"{grad} with {name}={value}")
