@@ -175,7 +175,11 @@ class Types:
             else:
                 return "escaped"
         uses = self._uses.get(name or "", [])
-        top = ctx.scope_of(fn) is ctx.tree and (ctx.entries is None or name in ctx.entries)
+        # Rationale: a top-level function nothing refers to is typed as an entry (its
+        # parameters whatever a caller passes, i.e. tensors), which is the strictest
+        # reading: a kernel file may carry a launcher its spec does not name (a backward
+        # entry under a forward-only spec), and its parameters are then tensors too.
+        top = ctx.scope_of(fn) is ctx.tree and (ctx.entries is None or name in ctx.entries or not uses)
         # A nested function nothing refers to never runs (getattr, globals and vars are
         # refused): it reads like a grid not used yet.  A top-level one may be the entry.
         if (not uses and not top) or any(self._grid_position(n) for n in uses):
