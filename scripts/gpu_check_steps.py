@@ -124,8 +124,11 @@ def _bits(t):
 
 
 def _same(a, b) -> bool:
+    """Raw-bit equality of one output, or of every output of a tuple (a training step's grads too)."""
     import torch
 
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
 
 
@@ -137,11 +140,20 @@ def _variant(source: str, name: str, value, where: Path) -> Path:
     return where
 
 
-def _entry(path: Path, entry: str):
-    spec = importlib.util.spec_from_file_location(f"probe_{path.stem}_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, entry)
+def _entry(path: Path, spec):
+    """The kernel file's judged call: the entry, or with a backward entry the training step
+    (forward then backward, on the inputs followed by the upstream gradients)."""
+    from tik_agent.sandbox.harness import load_entry
+
+    return load_entry(path, spec, f"probe_{path.stem}")
+
+
+def _batched_part(spec, out):
+    """The per-row outputs (what batch invariance is about; a dweight is judged by its bits alone)."""
+    from tik_agent.spec.backward import is_batched
+
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return tuple(t for o, t in zip(spec.checked_outputs, outs) if is_batched(o))
 
 
 def _odd_stride(t):
@@ -174,17 +186,18 @@ def cmd_probes(args) -> int:
         dims = dict(cell.dims)
         dtypes = ["float32"] if args.small else list(dict.fromkeys(["float32", cell.dtype]))
         source = spec.source.read_text()
-        base = _entry(spec.source, spec.entry)
+        base = _entry(spec.source, spec)
         seed_report = {"dims": dims, "dtypes": dtypes, "tunables": {}}
         for dtype in dtypes:
             inputs = make_inputs(spec, Case(max(ms), dims, dtype, "normal", 0), device)
             expect = base(*inputs, **spec.kwargs)
             for name, values in spec.tunables.items():
                 for value in (values[:2] if args.small else values):
-                    fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec.entry)
+                    fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec)
                     full = fn(*inputs, **spec.kwargs)
-                    alone = all(_same(fn(*[_rows(t, spec, i, m) for i, t in enumerate(inputs)], **spec.kwargs),
-                                      full[:m]) for m in ms)
+                    alone = all(_same(_batched_part(spec, fn(*[_rows(t, spec, i, m) for i, t in enumerate(inputs)],
+                                                             **spec.kwargs)),
+                                      tuple(t[:m] for t in _batched_part(spec, full))) for m in ms)
                     odd = [(_odd_stride(t) if _batched_2d(spec, i, t) else t) for i, t in enumerate(inputs)]
                     entry = seed_report["tunables"].setdefault(name, {}).setdefault(str(value), {})
                     entry[dtype] = {"same_bits_as_default": _same(full, expect), "batch_invariant": alone,
@@ -204,11 +217,11 @@ def cmd_probes(args) -> int:
 
 
 def _rows(t, spec, i, m):
-    return t[:m].contiguous() if spec.inputs[i].batched else t
+    return t[:m].contiguous() if spec.checked_inputs[i].batched else t
 
 
 def _batched_2d(spec, i, t) -> bool:
-    return spec.inputs[i].batched and t.dim() == 2 and t.is_floating_point()
+    return spec.checked_inputs[i].batched and t.dim() == 2 and t.is_floating_point()
 
 
 def cmd_summarise(args) -> int:

@@ -20,7 +20,7 @@ def kernel():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("n", [1000, 2100])
 def test_outputs_match_an_add_then_a_norm(kernel, dtype, n):
-    x, residual, weight = make_inputs(SPEC, Case(5, {"N": n}, dtype, "normal", 0))
+    x, residual, weight = make_inputs(SPEC, Case(5, {"N": n}, dtype, "normal", 0))[:3]  # then dy, dnew_residual
     y, new_residual = kernel.add_rms_norm(x, residual, weight)
     # fp32 and fp16 stores round like torch under the interpreter: the sum's bits are torch's.
     assert_same_bits((x.float() + residual.float()).to(x.dtype), new_residual, "new_residual")
@@ -34,11 +34,24 @@ def test_outputs_match_an_add_then_a_norm(kernel, dtype, n):
 @pytest.mark.parametrize("rows", [2, 4, 16])
 def test_rows_per_program_keep_both_outputs(kernel, dtype, rows, monkeypatch):
     """inf - inf and inf * 0 appear in the special regime: their NaNs are canonical."""
-    inputs = make_inputs(SPEC, Case(7, {"N": 1000}, dtype, "special", 0))
+    inputs = make_inputs(SPEC, Case(7, {"N": 1000}, dtype, "special", 0))[:3]
     seed = kernel.add_rms_norm(*inputs)
     monkeypatch.setattr(kernel, "ROWS_PER_PROGRAM", rows)
     for name, a, b in zip(("y", "new_residual"), seed, kernel.add_rms_norm(*inputs)):
         assert_same_bits(a, b, f"{name} with ROWS_PER_PROGRAM={rows}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name, value", [("BWD_ROWS_PER_PROGRAM", 1), ("BWD_ROWS_PER_PROGRAM", 16),
+                                         ("DW_BLOCK_N", 128), ("DW_BLOCK_N", 1024)])
+def test_backward_work_distribution_keeps_every_gradient(kernel, dtype, name, value, monkeypatch):
+    """Rows per dx program and columns per dweight program only distribute the work,
+    NaNs from the special regime included."""
+    inputs = make_inputs(SPEC, Case(7, {"N": 1000}, dtype, "special", 0))
+    seed = kernel.add_rms_norm_backward(*inputs)
+    monkeypatch.setattr(kernel, name, value)
+    for grad, a, b in zip(("dx", "dresidual", "dweight"), seed, kernel.add_rms_norm_backward(*inputs)):
+        assert_same_bits(a, b, f"{grad} with {name}={value}")
 
 
 STORE = "        tl.store(s_rows + c[None, :], s, mask=mask)\n"

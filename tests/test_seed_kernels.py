@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bitassert import assert_same_bits
-from tik_agent.sandbox.harness import load_seed_entry
+from tik_agent.sandbox.harness import TrainingStep, load_seed_entry
 from tik_agent.spec.seeds import resolve
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -13,7 +13,9 @@ TOL = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 1e-1), torch.float16:
 
 @pytest.fixture(scope="module")
 def entries():
-    return {name: load_seed_entry(resolve(name)) for name in ("rmsnorm", "logprobs", "matmul")}
+    """Each seed's forward (a seed with a backward entry is judged as a training step)."""
+    steps = {name: load_seed_entry(resolve(name)) for name in ("rmsnorm", "logprobs", "matmul")}
+    return {name: s.forward if isinstance(s, TrainingStep) else s for name, s in steps.items()}
 
 
 def _rows_alone_match(fn, batched, shared, full):

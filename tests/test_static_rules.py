@@ -276,7 +276,7 @@ def test_dsl_internals_of_the_installed_triton_are_rejected() -> None:
     from tik_agent.sandbox.harness import load_seed_entry
     from tik_agent.spec.seeds import resolve
 
-    load_seed_entry(resolve("rmsnorm"))(torch.randn(2, 8), torch.randn(8))
+    load_seed_entry(resolve("rmsnorm"))(torch.randn(2, 8), torch.randn(8), torch.randn(2, 8))  # x, weight, dy
 
     safe_types = {"JITFunction", "InterpretedFunction", "ConstexprFunction", "int", "bool", "EnumType"}
     safe_types |= {"_Feature", "TypeVar", "_SpecialGenericAlias"}

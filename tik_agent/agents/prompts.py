@@ -143,7 +143,8 @@ def template_variables(context: AgentContext) -> dict[str, object]:
 
 
 def _spec_shape(spec_text: str) -> dict[str, object]:
-    """``layout`` and ``outputs`` (names) as the spec declares them; the defaults for a spec that does not parse."""
+    """``layout``, ``outputs`` (names) and ``backward_entry`` (None without one) as the
+    spec declares them; the defaults for a spec that does not parse."""
     try:
         data = tomllib.loads(spec_text)
     except tomllib.TOMLDecodeError:
@@ -151,7 +152,10 @@ def _spec_shape(spec_text: str) -> dict[str, object]:
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     several = data.get("outputs") if isinstance(data.get("outputs"), list) else []
     names = [o.get("name", "?") for o in several if isinstance(o, dict)]
-    return {"layout": kernel.get("layout", "rows"), "outputs": names or ["output"]}
+    backward = data.get("backward") if isinstance(data.get("backward"), dict) else {}
+    entry = backward.get("entry")
+    return {"layout": kernel.get("layout", "rows"), "outputs": names or ["output"],
+            "backward_entry": entry if isinstance(entry, str) else None}
 
 
 def _timing_row(row: Mapping[str, object]) -> dict[str, object]:

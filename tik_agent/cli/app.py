@@ -14,7 +14,8 @@ from rich.logging import RichHandler
 from typer.core import TyperArgument, TyperCommand
 
 from tik_agent import __version__
-from tik_agent.cli import eval_commands, export_commands, run_commands, seed_commands, view_commands
+from tik_agent.cli import (eval_commands, export_commands, onpolicy_commands, run_commands, seed_commands,
+                           view_commands)
 from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, err_console, say
 from tik_agent.errors import CheckFailed, UsageError
 
@@ -47,7 +48,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for _module in (seed_commands, eval_commands, run_commands, view_commands, export_commands):
+for _module in (seed_commands, eval_commands, run_commands, view_commands, export_commands, onpolicy_commands):
     _module.register(app, Command)
 
 

@@ -23,6 +23,8 @@ from packaging.version import InvalidVersion, Version
 from tik_agent import pyparse
 from tik_agent.errors import UsageError
 from tik_agent.export import certificate as certificates
+from tik_agent.export.backward import backward_context
+from tik_agent.export.dropin import dropin_context
 from tik_agent.export.source import ExportSource
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "template"
@@ -120,6 +122,8 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
     parity = certificate["parity"]
     return {
         **_signature(source),
+        **backward_context(source.spec),
+        **dropin_context(source.spec),
         "dist_name": dist.name, "version": dist.version, "import_name": dist.import_name,
         "namespace": dist.namespace, "requirements": requirements(certificate["environment"]),
         "entry": source.spec.entry, "seed_name": source.spec.name,

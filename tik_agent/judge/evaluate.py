@@ -136,7 +136,8 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         source = candidate.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{candidate}: cannot read the candidate: {exc}") from None
-    violations = check_source(source, candidate.name, entry=spec.entry)
+    entries = (spec.entry,) + ((spec.backward.entry,) if spec.backward else ())
+    violations = check_source(source, candidate.name, entry=entries)
     if violations:
         first = violations[0]
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{first.line}: [{first.rule}] {first.message}",
@@ -295,7 +296,7 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
     for case in all_cases:
         out = CaseOutputs.from_payload(outputs["cases"][case.id])
         r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, expected[case.id], r, tuple(o.name for o in spec.outputs)))
+        results.append(judge_against(case, out, expected[case.id], r, tuple(o.name for o in spec.checked_outputs)))
     # Each case's parameters travel with its result: a drawn case is in no grid to look up.
     cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
     failed = next((r for r in results if not r.passed), None)
@@ -337,6 +338,7 @@ def _cells(spec: KernelSpec, device: str, samples: dict) -> list[CellTiming]:
     for cell in spec.workload_for(device):
         s = samples[cell.name]
         shape = ", ".join([f"M={cell.m}"] + [f"{k}={v}" for k, v in cell.dims.items()]) + f", {cell.dtype}"
+        shape += ", forward+backward" if cell.backward else ""
         ratios = tuple(a / b for a, b in zip(s["seed"], s["candidate"]))
         cells.append(CellTiming(cell.name, shape, cell.weight, stats(s["seed"]), stats(s["candidate"]),
                                 stats(s["parent"]) if "parent" in s else None, ratios))

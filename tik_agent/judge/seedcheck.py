@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tik_agent.backends import device as devices
@@ -23,7 +23,8 @@ from tik_agent.bits import digest
 from tik_agent.spec.cases import Case, describe, evaluation_cases, make_inputs, unique
 from tik_agent.errors import SpecError
 from tik_agent.judge.parity import CaseResult, Check, judge_reference, judge_self
-from tik_agent.spec.schema import KernelSpec
+from tik_agent.sandbox.harness import as_outputs
+from tik_agent.spec.schema import KernelSpec, Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +124,33 @@ def _check_case(spec: KernelSpec, case: Case, runner, reference, device: str) ->
         return _crash(case, exc)
     result = judge_self(spec, case, out, spec.source, expected_digest)
     if reference is not None and case.regime in REFERENCE_REGIMES:
-        expected = reference(*cpu_inputs, **dict(spec.kwargs))
-        result = judge_reference(case, out, expected, spec.tolerances[case.dtype], result)
+        n = len(spec.outputs)
+        expected = reference(*cpu_inputs[: len(spec.inputs)], **dict(spec.kwargs))
+        if spec.backward is None:
+            return judge_reference(case, out, expected, spec.tolerances[case.dtype], result)
+        outputs = as_outputs(out.full)
+        result = judge_reference(case, replace(out, full=outputs[:n]), expected, spec.tolerances[case.dtype], result)
+        grads = reference_gradients(spec, reference, cpu_inputs)
+        rtol, atol = spec.backward.tolerances.get(case.dtype, (spec.tolerances[case.dtype].rtol,
+                                                               spec.tolerances[case.dtype].atol))
+        result = judge_reference(case, replace(out, full=outputs[n:]), grads, Tolerance(rtol, atol), result)
+        result = replace(result, checks=tuple(dict.fromkeys(result.checks)))
     return result
+
+
+def reference_gradients(spec: KernelSpec, reference: Callable, cpu_inputs: list) -> tuple:
+    """float64 gradients of the reference by autograd, for the backward's sanity check."""
+    import torch
+
+    n = len(spec.inputs)
+    leaves = [t.double().requires_grad_() if i.name in spec.backward.wrt else t
+              for i, t in zip(spec.inputs, cpu_inputs[:n])]
+    outs = as_outputs(reference(*leaves, **dict(spec.kwargs)))
+    wrt = [t for i, t in zip(spec.inputs, leaves) if i.name in spec.backward.wrt]
+    grads = torch.autograd.grad(outs, wrt, [g.double() for g in cpu_inputs[n:]], allow_unused=True)
+    order = [i.name for i in spec.inputs if i.name in spec.backward.wrt]
+    by_name = {name: torch.zeros_like(t) if g is None else g for name, t, g in zip(order, wrt, grads)}
+    return tuple(by_name[name] for name in spec.backward.wrt)
 
 
 def _crash(case: Case, exc: Exception) -> CaseResult:

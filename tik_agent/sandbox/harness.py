@@ -23,6 +23,7 @@ from tik_agent.sandbox import launches
 from tik_agent.bits import digest
 from tik_agent.spec.cases import Case, SubBatch, make_inputs, rows_alone, subbatches
 from tik_agent.errors import SpecError
+from tik_agent.spec.backward import is_batched
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,40 @@ def entry_of(module: ModuleType, spec: KernelSpec, path: Path) -> Callable:
     return fn
 
 
+class TrainingStep:
+    """Forward then backward, as one judged call: it takes the inputs followed by
+    the upstream gradients and returns the outputs followed by the gradients."""
+
+    def __init__(self, forward: Callable, backward: Callable, n_inputs: int):
+        self.forward, self.backward, self.n_inputs = forward, backward, n_inputs
+
+    def __call__(self, *args, **kwargs):
+        inputs = args[: self.n_inputs]
+        out = self.forward(*inputs, **kwargs)
+        grads = self.backward(*args, **kwargs)
+        return as_outputs(out) + as_outputs(grads)
+
+
+def backward_of(module: ModuleType, spec: KernelSpec, path: Path) -> Callable:
+    name = spec.backward.entry
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise KernelLoadError(f"{path}: defines no function {name!r} (the spec's backward entry)")
+    params = list(inspect.signature(fn).parameters)
+    expected = [i.name for i in spec.checked_inputs] + list(spec.kwargs)
+    if params[: len(expected)] != expected:
+        raise KernelLoadError(f"{path}: {name}{tuple(params)} does not take {tuple(expected)} first")
+    return fn
+
+
 def load_entry(path: Path, spec: KernelSpec, role: str) -> Callable:
-    return entry_of(load_kernel(path, role), spec, path)
+    """The callable every judged call goes through: the entry, or with a backward
+    entry a :class:`TrainingStep` of both."""
+    module = load_kernel(path, role)
+    forward = entry_of(module, spec, path)
+    if spec.backward is None:
+        return forward
+    return TrainingStep(forward, backward_of(module, spec, path), len(spec.inputs))
 
 
 def load_seed_entry(spec: KernelSpec) -> Callable:
@@ -198,7 +231,7 @@ class Runner:
         return CaseOutputs(full, again, rows, subs, dict(rec), digest(inputs))
 
     def _select(self, inputs: list, pick) -> list:
-        return [pick(t) if spec_in.batched else t for spec_in, t in zip(self.spec.inputs, inputs)]
+        return [pick(t) if spec_in.batched else t for spec_in, t in zip(self.spec.checked_inputs, inputs)]
 
     def _rows_alone(self, case: Case, inputs: list, full):
         import torch
@@ -210,7 +243,10 @@ class Runner:
             if not all(isinstance(t, torch.Tensor) for t in as_outputs(out)):
                 return out
             outs.append(as_outputs(out))
-        joined = tuple(torch.cat(parts, dim=0) for parts in zip(*outs))
+        # A reduction over the batch (dweight) has no rows to join: it is judged
+        # against the seed at every batch size instead, and kept here as row 0's.
+        joined = tuple(torch.cat(parts, dim=0) if is_batched(o) else parts[0]
+                       for o, parts in zip(self.spec.checked_outputs, zip(*outs)))
         return joined if isinstance(out, (tuple, list)) else joined[0]
 
     def _sub_batch(self, case: Case, inputs: list, sub: SubBatch):

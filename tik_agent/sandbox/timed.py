@@ -8,6 +8,10 @@ allocations and whatever else the harness puts around judged calls) with
 launch recording on; its output's digest, the digest of its inputs after the
 call and its launches are kept.  Digesting happens outside the timed region.
 
+A seed with a backward entry has two kinds of cell: a training cell
+(``backward = true``) times the whole step, forward then backward, and digests
+its outputs and gradients; any other cell times and digests the forward alone.
+
 The seed (and the parent) are timed in the same interleaved rounds, through
 the same wrapper, so that both sides pay the same overhead; their outputs are
 not kept: the seed's digests on the candidate's inputs come from a reference
@@ -21,11 +25,20 @@ from typing import Callable
 from tik_agent.backends.timers import timer_for
 from tik_agent.bits import digest, output_digest
 from tik_agent.sandbox import launches
-from tik_agent.sandbox.harness import guarded_call
+from tik_agent.sandbox.harness import TrainingStep, guarded_call
 from tik_agent.spec.cases import make_inputs, workload_case
 
 PHASE_TIMING = "timing"
 PHASE_RECHECK = "recheck"
+
+
+def cell_call(spec, cell, entry: Callable, seed: int, device: str) -> tuple[Callable, list]:
+    """What a cell times, and its inputs: the whole training step for a training cell,
+    otherwise the forward on the forward's inputs (no upstream gradients)."""
+    inputs = make_inputs(spec, workload_case(cell, seed), device)
+    if cell.backward or not isinstance(entry, TrainingStep):
+        return entry, inputs
+    return entry.forward, inputs[: len(spec.inputs)]
 
 
 def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,
@@ -47,26 +60,26 @@ def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,
     def inputs_for(cell, name):
         k = used[cell.name][name]
         used[cell.name][name] += 1
-        return make_inputs(spec, workload_case(cell, int(plan["seeds"][cell.name][name][k])), device)
+        return cell_call(spec, cell, kernels[name], int(plan["seeds"][cell.name][name][k]), device)
 
     def candidate_call(cell, kind: str, timed: bool) -> float | None:
-        inputs = inputs_for(cell, "candidate")
+        fn, inputs = inputs_for(cell, "candidate")
         which = len(calls[cell.name]) % 2
         ms = None
         with launches.recording() as rec:
             if timed:
-                ms, out = timer.measure(lambda: guarded_call(kernels["candidate"], inputs, kwargs, which))
+                ms, out = timer.measure(lambda: guarded_call(fn, inputs, kwargs, which))
             else:
-                out = guarded_call(kernels["candidate"], inputs, kwargs, which)
+                out = guarded_call(fn, inputs, kwargs, which)
         calls[cell.name].append({"kind": kind, "out": output_digest(out), "inputs": digest(inputs),
                                  "launches": dict(rec)})
         return ms
 
     def other_call(cell, name: str, timed: bool) -> float | None:
-        inputs = inputs_for(cell, name)
+        fn, inputs = inputs_for(cell, name)
         if timed:
-            return timer.measure(lambda: guarded_call(kernels[name], inputs, kwargs))[0]
-        guarded_call(kernels[name], inputs, kwargs)
+            return timer.measure(lambda: guarded_call(fn, inputs, kwargs))[0]
+        guarded_call(fn, inputs, kwargs)
         return None
 
     def call(cell, name: str, kind: str, timed: bool):
@@ -98,8 +111,8 @@ def seed_digests(spec, device: str, seed: Callable, seeds: dict[str, list[int]])
         cell = cells[name]
         rows = []
         for s in case_seeds:
-            inputs = make_inputs(spec, workload_case(cell, int(s)), device)
+            fn, inputs = cell_call(spec, cell, seed, int(s), device)
             before = digest(inputs)
-            rows.append({"out": output_digest(guarded_call(seed, inputs, spec.kwargs)), "inputs": before})
+            rows.append({"out": output_digest(guarded_call(fn, inputs, spec.kwargs)), "inputs": before})
         out[name] = rows
     return out

@@ -164,7 +164,9 @@ def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
         return sequences.make_inputs(spec, case, device)
     gen = torch.Generator().manual_seed(case_seed(case))
     tensors = []
-    for inp in spec.inputs:
+    # Upstream gradients follow the inputs in the same stream: the forward
+    # inputs of a case are the same with or without a backward entry.
+    for inp in spec.checked_inputs:
         shape = inp.resolve_shape(case.m, case.dims)
         dtype_name = inp.resolve_dtype(case.dtype)
         dtype = getattr(torch, dtype_name)

@@ -61,6 +61,12 @@ error names the file, the field and the offending value.  The schema::
     GROUP_M = [1, 4, 8]               # leave each row's reduction order alone
     NUM_WARPS = { values = [2, 4, 8], safe_on = ["cpu"] }   # elsewhere: unproven
                                       # (see tik_agent/spec/tunables.py)
+
+    [backward]                        # optional gradient entry in the same file,
+    entry = "rms_norm_backward"       # judged with the forward in every parity
+    grads = ["dy"]                    # case (see tik_agent/spec/backward.py);
+    wrt = ["x", "weight"]             # workload cells with `backward = true`
+                                      # time forward plus backward
 """
 
 from __future__ import annotations
@@ -79,6 +85,9 @@ from tik_agent.spec.layouts import (
 )
 from tik_agent.spec.outputs import OutputSpec, parse_outputs
 from tik_agent.spec.workload import WorkloadCell, parse_workload
+from tik_agent.spec.backward import (
+    BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward,
+)
 from tik_agent.spec.fields import (
     BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
     _shape,
@@ -150,6 +159,17 @@ class KernelSpec:
     tunables_safe_on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     layout: str = "rows"
     sequences: SequenceSpec | None = None
+    backward: BackwardSpec | None = None
+
+    @property
+    def checked_inputs(self) -> tuple[InputSpec, ...]:
+        """What a judged call takes: the inputs, then the upstream gradients if any."""
+        return self.inputs + (grad_inputs(self.backward, self.outputs) if self.backward else ())
+
+    @property
+    def checked_outputs(self) -> tuple[OutputSpec, ...]:
+        """What a judged call returns: the outputs, then the gradients if any."""
+        return self.outputs + (grad_outputs(self.backward, self.inputs) if self.backward else ())
 
     @property
     def output(self) -> OutputSpec:
@@ -192,7 +212,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     top = _Reader(path, data, "")
     top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "outputs", "parity", "tolerance", "workload",
-                 "tunables", "sequences"})
+                 "tunables", "sequences", "backward"})
 
     kernel = _Reader(path, top.table_of("kernel"), "kernel")
     kernel.unknown({"name", "description", "entry", "source", "reference", "layout"})
@@ -234,7 +254,11 @@ def load_spec(directory: Path | str) -> KernelSpec:
 
     parity = _parse_parity(path, top.table_of("parity"))
     tolerances = _parse_tolerances(path, top.table_of("tolerance", {}), parity.dtypes)
+    backward = parse_backward(path, top.table_of("backward", None), inputs, outputs, layout)
     workload = parse_workload(path, top.get("workload", list), dims)
+    for n, cell in enumerate(workload):
+        if cell.backward and backward is None:
+            raise _err(path, f"workload[{n}].backward", "a training cell needs a [backward] entry")
     tunables, safe_on = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
@@ -242,6 +266,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
         directory=directory, source=source, reference=reference, inputs=inputs,
         kwargs=kwargs, outputs=outputs, dims=dims, parity=parity, tolerances=tolerances,
         workload=workload, tunables=tunables, tunables_safe_on=safe_on, layout=layout, sequences=sequences,
+        backward=backward,
     )
     _check_source_matches(spec)
     return spec
@@ -381,6 +406,8 @@ def _check_source_matches(spec: KernelSpec) -> None:
     for key in spec.kwargs:
         if key not in params:
             raise _err(spec.spec_path, f"kwargs.{key}", f"{spec.entry} has no such parameter; it takes {params}")
+    if spec.backward is not None:
+        check_backward_source(spec, funcs)
     constants = module_constants(tree)
     for key in spec.tunables:
         if key not in constants:

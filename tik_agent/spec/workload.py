@@ -27,6 +27,7 @@ class WorkloadCell:
     weight: float
     devices: tuple[str, ...] = ("cpu", "cuda")
     flops: int | None = None  # floating-point operations per call, when the spec gives them
+    backward: bool = False  # a training cell: forward plus backward are timed together
 
 
 def _flops(path: Path, where: str, text: Any, sizes: Mapping[str, int]) -> int:
@@ -80,7 +81,7 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
                 raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
-            if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "flops"):
+            if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "flops", "backward"):
                 continue
             if key not in dims:
                 raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
@@ -91,7 +92,8 @@ def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[Wo
             if d not in cell_dims:
                 raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
         flops = _flops(path, f"{where}.flops", raw["flops"], {BATCH_DIM: m, **cell_dims}) if "flops" in raw else None
-        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices), flops))
+        cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices), flops,
+                                  r.get("backward", bool, False)))
     for device in ("cpu", "cuda"):
         if not any(device in c.devices for c in cells):
             raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")

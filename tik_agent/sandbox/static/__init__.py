@@ -37,12 +37,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["RULES", "Rule", "Violation", "check_source"]
 
 
-def check_source(source: str, filename: str = "candidate.py", entry: str | None = None) -> list[Violation]:
+def check_source(source: str, filename: str = "candidate.py",
+                 entry: str | tuple[str, ...] | None = None) -> list[Violation]:
     """Run every rule over ``source``; an empty list means the candidate passed.
 
-    ``entry`` names the launcher the harness calls (the spec's entry): its
-    parameters are the only ones typed as "whatever the caller passes"; without
-    it every module-level function is treated so, which is stricter.
+    ``entry`` names the launcher the harness calls (the spec's entry), or the
+    launchers (the forward's and the backward's): their parameters are the only
+    ones typed as "whatever the caller passes"; without it every module-level
+    function is treated so, which is stricter.
 
     A file that does not parse yields exactly one violation with rule ``syntax``.
     Violations are sorted by line, then rule name, without duplicates.

@@ -23,7 +23,7 @@ class Context:
     jit_functions: list[ast.FunctionDef]
     kernel_nodes: frozenset[int]  # id() of every node inside a @triton.jit function (body and arguments)
     parents: dict[int, ast.AST]  # id(node) -> its parent node
-    entry: str | None = None  # the launcher the harness calls, when the caller knows it
+    entries: frozenset[str] | None = None  # the launchers the harness calls, when the caller knows them
     types: "Types | None" = field(default=None)  # filled in by infer.infer()
 
     def in_kernel(self, node: ast.AST) -> bool:
@@ -89,7 +89,7 @@ def decorator_path(aliases: dict[str, str], decorator: ast.expr) -> str | None:
     return resolve(aliases, decorator.func if isinstance(decorator, ast.Call) else decorator)
 
 
-def build_context(tree: ast.Module, entry: str | None = None) -> Context:
+def build_context(tree: ast.Module, entry: str | tuple[str, ...] | None = None) -> Context:
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -119,7 +119,8 @@ def build_context(tree: ast.Module, entry: str | None = None) -> Context:
         id(inner) for fn in jit_functions for part in (*fn.body, fn.args) for inner in ast.walk(part)
     }
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    return Context(tree, aliases, frozenset(module_names), jit_functions, frozenset(kernel_nodes), parents, entry)
+    entries = None if entry is None else frozenset((entry,) if isinstance(entry, str) else entry)
+    return Context(tree, aliases, frozenset(module_names), jit_functions, frozenset(kernel_nodes), parents, entries)
 
 
 def assignment_targets(node: ast.AST) -> list[ast.expr]:

@@ -9,8 +9,8 @@ adds to the name's set of types, in its own function's scope; the sets grow
 until nothing changes.  What cannot be shown plain is ``unknown`` and is
 treated as a tensor: when in doubt, the rules reject.
 
-Parameters of the entry without a default are unknown (the harness calls it
-with tensors); when the caller does not name the entry, every module-level
+Parameters of the entry (and of a backward entry) without a default are unknown
+(the harness calls them with tensors); when the caller does not name the entry, every module-level
 function is taken to be one.  Other functions' parameters have the types of
 their defaults and of the arguments at every call site; a function
 passed around as a value has unknown parameters; a grid or heuristics callable
@@ -175,7 +175,11 @@ class Types:
             else:
                 return "escaped"
         uses = self._uses.get(name or "", [])
-        top = ctx.scope_of(fn) is ctx.tree and ctx.entry in (None, name)
+        # Rationale: a top-level function nothing refers to is typed as an entry (its
+        # parameters whatever a caller passes, i.e. tensors), which is the strictest
+        # reading: a kernel file may carry a launcher its spec does not name (a backward
+        # entry under a forward-only spec), and its parameters are then tensors too.
+        top = ctx.scope_of(fn) is ctx.tree and (ctx.entries is None or name in ctx.entries or not uses)
         # A nested function nothing refers to never runs (getattr, globals and vars are
         # refused): it reads like a grid not used yet.  A top-level one may be the entry.
         if (not uses and not top) or any(self._grid_position(n) for n in uses):

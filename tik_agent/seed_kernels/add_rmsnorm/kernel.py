@@ -19,6 +19,17 @@ rows per program reach the bits.
 The second pass recomputes the rounded sum from the inputs instead of reading
 ``new_residual`` back: the same operations give the same bits, and a program
 never depends on the visibility of its own stores.
+
+Backward contract (``add_rms_norm_backward``): with ``s`` the rounded sum,
+``g = dnew_residual + w * dy * rstd - s * coef`` where
+``coef = sum(s * w * dy) * rstd^3 / N``, both row sums over ``BLOCK_N`` fp32
+lanes merged by one ``tl.sum`` like the forward's; ``dx`` and ``dresidual`` are
+both ``g`` (the add passes its gradient through), per row and so batch
+invariant.  ``dweight`` sums ``dy * s * rstd`` over the batch in fixed chunks
+of ``ROW_CHUNK`` rows (one ``tl.sum`` per chunk, missing rows adding 0.0), the
+chunk sums added in ascending order: ``ROW_CHUNK`` never depends on M, so
+dweight has the seed's bits at every batch size.  NaNs are canonical here too.
+``BWD_ROWS_PER_PROGRAM`` and ``DW_BLOCK_N`` only distribute the work.
 """
 
 import torch
@@ -28,6 +39,9 @@ import triton.language as tl
 BLOCK_N = 1024
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 4
+ROW_CHUNK = 16
+DW_BLOCK_N = 512
+BWD_ROWS_PER_PROGRAM = 4
 
 
 @triton.jit
@@ -93,3 +107,108 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
         BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
     return y, new_residual
+
+
+@triton.jit
+def _rounded_sum(x_ptr, r_ptr, offs, mask, s_dtype):
+    """x + residual in fp32, rounded once to the dtype and read back as fp32; NaNs canonical."""
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = x + r
+    return tl.where(s != s, float("nan"), s).to(s_dtype).to(tl.float32)
+
+
+@triton.jit
+def _add_rms_norm_dx_kernel(
+    x_ptr, r_ptr, w_ptr, dy_ptr, ds_ptr, dx_ptr, dr_ptr, rstd_ptr,
+    M, N,
+    stride_xm, stride_rm, stride_dym, stride_dsm, stride_dxm, stride_drm,
+    eps,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < M
+    cols = tl.arange(0, BLOCK_N)
+    r64 = rows.to(tl.int64)[:, None]
+    # The forward's sum of squares (same lanes, same order) and each row's
+    # sum of s * w * dy, both over BLOCK_N lanes merged by one tl.sum.
+    lanes_sq = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    lanes_dot = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        mask = row_ok[:, None] & (c < N)[None, :]
+        s = _rounded_sum(x_ptr + r64 * stride_xm, r_ptr + r64 * stride_rm, c[None, :], mask,
+                         dx_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        lanes_sq += s * s
+        lanes_dot += s * w[None, :] * dy
+    rstd = 1.0 / tl.sqrt(tl.sum(lanes_sq, axis=1) / N + eps)
+    coef = tl.sum(lanes_dot, axis=1) * rstd * rstd * rstd / N
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        mask = row_ok[:, None] & (c < N)[None, :]
+        s = _rounded_sum(x_ptr + r64 * stride_xm, r_ptr + r64 * stride_rm, c[None, :], mask,
+                         dx_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        ds = tl.load(ds_ptr + r64 * stride_dsm + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        g = ds + (w[None, :] * dy * rstd[:, None] - s * coef[:, None])
+        g = tl.where(g != g, float("nan"), g).to(dx_ptr.dtype.element_ty)
+        tl.store(dx_ptr + r64 * stride_dxm + c[None, :], g, mask=mask)
+        tl.store(dr_ptr + r64 * stride_drm + c[None, :], g, mask=mask)
+
+
+@triton.jit
+def _add_rms_norm_dw_kernel(
+    x_ptr, r_ptr, dy_ptr, rstd_ptr, dw_ptr,
+    M, N,
+    stride_xm, stride_rm, stride_dym,
+    ROW_CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < N
+    chunk = tl.arange(0, ROW_CHUNK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    # Chunks of ROW_CHUNK rows in ascending order: the order is fixed by the
+    # row index alone, never by M.
+    for start in range(0, M, ROW_CHUNK):
+        rows = start + chunk
+        mask = (rows < M)[:, None] & col_ok[None, :]
+        r64 = rows.to(tl.int64)[:, None]
+        s = _rounded_sum(x_ptr + r64 * stride_xm, r_ptr + r64 * stride_rm, cols[None, :], mask,
+                         x_ptr.dtype.element_ty)
+        dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        acc += tl.sum(dy * s * rstd[:, None], axis=0)
+    acc = tl.where(acc != acc, float("nan"), acc)
+    tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=col_ok)
+
+
+def add_rms_norm_backward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor,
+                          dnew_residual: torch.Tensor, eps: float = 1e-6):
+    """Gradients (dx, dresidual, dweight) of :func:`add_rms_norm` for the upstream gradients
+    ``dy`` and ``dnew_residual`` (both (M, N))."""
+    if dy.shape != x.shape or dnew_residual.shape != x.shape:
+        raise ValueError(f"add_rms_norm_backward: dy and dnew_residual must have x's shape {tuple(x.shape)}")
+    x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
+    dy, dnew_residual = dy.contiguous(), dnew_residual.contiguous()
+    M, N = x.shape
+    dx = torch.empty_like(x)
+    dresidual = torch.empty_like(x)
+    rstd = torch.empty((M,), dtype=torch.float32, device=x.device)
+    dweight = torch.empty_like(weight)
+    _add_rms_norm_dx_kernel[(triton.cdiv(M, BWD_ROWS_PER_PROGRAM),)](
+        x, residual, weight, dy, dnew_residual, dx, dresidual, rstd, M, N,
+        x.stride(0), residual.stride(0), dy.stride(0), dnew_residual.stride(0), dx.stride(0), dresidual.stride(0),
+        eps, BLOCK_N=BLOCK_N, ROWS=BWD_ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+    )
+    _add_rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](
+        x, residual, dy, rstd, dweight, M, N, x.stride(0), residual.stride(0), dy.stride(0),
+        ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
+    )
+    return dx, dresidual, dweight

@@ -12,6 +12,13 @@ alone.
 
 Logits of any float dtype are converted to fp32 straight after loading; the
 result is fp32.  A target outside [0, V) yields NaN for its row.
+
+Backward contract (``token_logprobs_backward``): every row is its own: the
+row's log-sum-exp is recomputed in the forward's order (same lanes, same
+merge), then ``dlogits[i, j] = dout[i] * ([j == t_i] - exp(x_ij - lse_i))`` is
+written element by element.  No reduction crosses rows, so dlogits is batch
+invariant; it has the logits' dtype.  A row whose target is outside [0, V) gets
+NaN gradients.
 """
 
 import torch
@@ -61,6 +68,46 @@ def _token_logprobs_kernel(
     tl.store(out_ptr + rows, picked - lse, mask=row_ok)
 
 
+@triton.jit
+def _row_lse(row_ptr, V, BLOCK_V: tl.constexpr):
+    """One row's log-sum-exp, in the forward kernel's lane order."""
+    cols = tl.arange(0, BLOCK_V)
+    run_max = tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    for start in range(0, V, BLOCK_V):
+        c = start + cols
+        x = tl.load(row_ptr + c, mask=c < V, other=float("-inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, x)
+        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+        run_max = new_max
+    row_max = tl.max(run_max, axis=0)
+    safe_row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+    return safe_row_max + tl.log(tl.sum(run_sum * tl.exp(run_max - safe_row_max), axis=0))
+
+
+@triton.jit
+def _token_logprobs_bwd_kernel(
+    logits_ptr, targets_ptr, dout_ptr, dlogits_ptr,
+    V,
+    stride_lm, stride_dm,
+    BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    lse = _row_lse(logits_ptr + row * stride_lm, V, BLOCK_V)
+    t = tl.load(targets_ptr + row)
+    g = tl.load(dout_ptr + row).to(tl.float32)
+    g = tl.where((t >= 0) & (t < V), g, float("nan"))
+    cols = tl.arange(0, BLOCK_V)
+    for start in range(0, V, BLOCK_V):
+        c = start + cols
+        mask = c < V
+        x = tl.load(logits_ptr + row * stride_lm + c, mask=mask, other=0.0).to(tl.float32)
+        onehot = tl.where(c == t, 1.0, 0.0)
+        d = g * (onehot - tl.exp(x - lse))
+        tl.store(dlogits_ptr + row * stride_dm + c, d.to(dlogits_ptr.dtype.element_ty), mask=mask)
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Log-probability of ``targets`` (M,) int64 under ``logits`` (M, V); returns (M,) fp32."""
     if logits.dim() != 2:
@@ -77,3 +124,17 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         BLOCK_V=BLOCK_V, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
     return out
+
+
+def token_logprobs_backward(logits: torch.Tensor, targets: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
+    """Gradient of :func:`token_logprobs` with respect to ``logits`` for the upstream ``dout`` (M,)."""
+    if dout.shape != (logits.shape[0],):
+        raise ValueError(f"token_logprobs_backward: dout must have shape ({logits.shape[0]},), got {tuple(dout.shape)}")
+    logits, targets, dout = logits.contiguous(), targets.contiguous(), dout.contiguous()
+    M, V = logits.shape
+    dlogits = torch.empty_like(logits)
+    _token_logprobs_bwd_kernel[(M,)](
+        logits, targets, dout, dlogits, V, logits.stride(0), dlogits.stride(0),
+        BLOCK_V=BLOCK_V, num_warps=NUM_WARPS,
+    )
+    return (dlogits,)

@@ -11,6 +11,12 @@ a different MMA instruction; the evaluator re-establishes parity per device.)
 
 fp32 inputs use ``input_precision="ieee"`` so that the GPU does not drop to
 TF32; fp16/bf16 tiles go to the tensor cores as they are.
+
+Backward contract (``matmul_backward``): both gradients are this same kernel on
+transposed views.  ``da = dc @ b^T`` walks N in ``BLOCK_K`` steps per element
+of a row: per row, batch invariant.  ``db = a^T @ dc`` reduces over the batch:
+it walks the rows of a and dc in fixed chunks of ``BLOCK_K`` rows, ascending,
+with no split over M, so db has the seed's bits at every batch size.
 """
 
 import torch
@@ -81,3 +87,29 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return c
+
+
+def _launch(a, b, c):
+    """c = a @ b for any strides of a (M, K) and b (K, N), in the forward's k-order."""
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _matmul_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return c
+
+
+def matmul_backward(a: torch.Tensor, b: torch.Tensor, dc: torch.Tensor):
+    """Gradients (da, db) of :func:`matmul` for the upstream gradient ``dc`` (M, N)."""
+    if dc.shape != (a.shape[0], b.shape[1]) or dc.dtype != a.dtype:
+        raise ValueError(f"matmul_backward: dc must be ({a.shape[0]}, {b.shape[1]}) {a.dtype}, "
+                         f"got {tuple(dc.shape)} {dc.dtype}")
+    da = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    db = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+    _launch(dc, b.t(), da)
+    _launch(a.t(), dc, db)
+    return da, db

@@ -1,0 +1,127 @@
+"""Drop-in installation: ``with pkg.enabled():`` routes a real torch module's calls
+to the certified kernel, bit for bit, and only inside the block."""
+
+from __future__ import annotations
+
+import json
+
+import jinja2
+import pytest
+
+from test_export_autograd import PACKAGE, run_fresh, unpacked  # noqa: F401  (fixture)
+from tik_agent.export.project import TEMPLATE_DIR
+from tik_agent.spec.seeds import BUNDLED_DIR
+
+
+@pytest.fixture(scope="module")
+def rms_facts(unpacked):  # noqa: F811
+    return run_fresh(unpacked, f"""
+        import json
+        import torch
+        import {PACKAGE} as pkg
+        from {PACKAGE}.kernel import rms_norm, rms_norm_backward
+
+        bits = lambda t: t.view(torch.int32)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.RMSNorm(40, eps=1e-6))
+        x = torch.randn(2, 3, 24)
+        facts = {{"enabled_before": pkg.is_enabled()}}
+        h = model[0](x).detach().requires_grad_()
+        stock = model[1](h)
+        with pkg.enabled():
+            facts["enabled_inside"] = pkg.is_enabled()
+            routed = model[1](h)
+            dy = torch.randn_like(routed)
+            routed.backward(dy)
+        direct = rms_norm(h.detach().reshape(-1, 40), model[1].weight.detach(), 1e-6).reshape(h.shape)
+        dx, dw = rms_norm_backward(h.detach().reshape(-1, 40), model[1].weight.detach(), dy.reshape(-1, 40), 1e-6)
+        facts["forward_same"] = torch.equal(bits(routed), bits(direct))
+        facts["dx_same"] = torch.equal(bits(h.grad.reshape(-1, 40)), bits(dx))
+        facts["dweight_same"] = torch.equal(bits(model[1].weight.grad), bits(dw))
+        facts["enabled_after"] = pkg.is_enabled()
+        after = model[1](h)
+        facts["after_is_stock"] = torch.equal(bits(after), bits(stock))
+        facts["stock_differs_from_kernel"] = not torch.equal(bits(stock), bits(direct))
+        errors = []
+        with pkg.enabled():
+            for bad in (lambda: torch.nn.functional.rms_norm(h.double(), (40,), model[1].weight.double()),
+                        lambda: torch.nn.functional.rms_norm(h, (40,))):
+                try:
+                    bad()
+                    errors.append(None)
+                except pkg.NotCertifiedError as exc:
+                    errors.append(str(exc))
+        facts["errors"] = errors
+        print(json.dumps(facts))
+    """)
+
+
+def test_switch_is_on_inside_the_block_only(rms_facts):
+    assert rms_facts["enabled_before"] is False and rms_facts["enabled_inside"] is True
+    assert rms_facts["enabled_after"] is False
+
+
+def test_routed_module_gives_the_kernels_bits_forward_and_backward(rms_facts):
+    assert rms_facts["forward_same"] and rms_facts["dx_same"] and rms_facts["dweight_same"]
+
+
+def test_outside_the_block_torch_runs_its_own_kernel(rms_facts):
+    assert rms_facts["after_is_stock"]
+    # Otherwise the check above could not tell routed from stock.
+    assert rms_facts["stock_differs_from_kernel"]
+
+
+def test_calls_outside_the_contract_raise_a_clear_error(rms_facts):
+    dtype_error, weight_error = rms_facts["errors"]
+    assert dtype_error and "torch.float64 is not certified" in dtype_error
+    assert weight_error and "with a weight" in weight_error
+
+
+def _matmul_package(tmp_path):
+    """A minimal package around the matmul seed with the rendered drop-in module."""
+    package = tmp_path / "tik_dropin_mm"
+    package.mkdir()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined)
+    text = env.get_template("_dropin.py.tmpl").render(dropin_kind="matmul", namespace="tik_dropin_mm", entry="matmul")
+    (package / "_dropin.py").write_text(text)
+    (package / "kernel.py").write_text((BUNDLED_DIR / "matmul" / "kernel.py").read_text())
+    cert = {"environment": {"device": "cpu"}, "cases": [{"dtype": "float32"}]}
+    (package / "_cases.py").write_text(f"def load_certificate():\n    return {json.dumps(cert)}\n")
+    (package / "__init__.py").write_text(
+        "import os\nos.environ.setdefault('TRITON_INTERPRET', '1')\nimport torch\nfrom .kernel import matmul as _mm\n\n"
+        "@torch.library.custom_op('tik_dropin_mm::matmul', mutates_args=())\n"
+        "def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n    return _mm(a, b)\n\n"
+        "from ._dropin import enabled, NotCertifiedError\n")
+    return tmp_path
+
+
+def test_matmul_drop_in_routes_linear_forward_and_gradients(tmp_path):
+    facts = run_fresh(_matmul_package(tmp_path), """
+        import json
+        import torch
+        import tik_dropin_mm as pkg
+        from tik_dropin_mm.kernel import matmul, matmul_backward
+
+        bits = lambda t: t.view(torch.int32)
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(40, 24)
+        x = torch.randn(7, 40, requires_grad=True)
+        with pkg.enabled():
+            y = layer(x)
+            dy = torch.randn_like(y)
+            y.backward(dy)
+        w = layer.weight.detach()
+        direct = matmul(x.detach(), w.t().contiguous()) + layer.bias.detach()
+        dx, dwt = matmul_backward(x.detach(), w.t().contiguous(), dy)
+        facts = {"forward": torch.equal(bits(y), bits(direct)), "dx": torch.equal(bits(x.grad), bits(dx)),
+                 "dw": torch.equal(bits(layer.weight.grad), bits(dwt.t().contiguous()))}
+        try:
+            with pkg.enabled():
+                layer.double()(x.double().detach())
+        except pkg.NotCertifiedError as exc:
+            facts["error"] = str(exc)
+        print(json.dumps(facts))
+    """)
+    assert facts["forward"] and facts["dx"], facts
+    assert facts["dw"], facts
+    assert "float64 is not certified" in facts["error"]

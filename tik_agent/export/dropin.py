@@ -1,0 +1,20 @@
+"""Template variables for the wheel's drop-in switch (``_dropin.py``).
+
+Which aten ops a wheel may take over follows from the bundled seed it was
+optimised from: a matmul kernel serves ``mm`` and ``addmm`` (and so
+``linear``, which decomposes into them), an RMSNorm kernel serves
+``rms_norm``.  Other seeds get a switch that says it has nothing to route.
+"""
+
+from __future__ import annotations
+
+from tik_agent.spec.schema import KernelSpec
+
+# seed name -> (entry, input names) the override's calling convention needs
+DROPIN_KINDS = {"matmul": ("matmul", ("a", "b")), "rmsnorm": ("rms_norm", ("x", "weight"))}
+
+
+def dropin_context(spec: KernelSpec) -> dict:
+    known = DROPIN_KINDS.get(spec.name)
+    fits = known is not None and known == (spec.entry, tuple(i.name for i in spec.inputs))
+    return {"dropin_kind": spec.name if fits else None}

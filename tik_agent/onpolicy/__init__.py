@@ -1,0 +1,9 @@
+"""The on-policy check: a sampler and a trainer compute the same tokens' log-probs.
+
+A small decoder (:mod:`.model`) runs twice over the same tokens: as a serving
+engine does (:mod:`.sampler`: paged KV cache, token-by-token decode, chunked
+prefill, sequences joining and leaving the batch) and as a trainer does
+(:mod:`.trainer`: packed full sequences in one batch, with a backward pass).
+:mod:`.report` compares the two per token.  With batch-invariant kernels
+(:mod:`.kernels`) the importance ratio is exactly 1.0 for every token.
+"""

@@ -1,0 +1,61 @@
+"""Gradients for the certified kernels in the trainer: the kernel files' backward entries.
+
+Each wrapper is a ``torch.autograd.Function`` whose forward calls the kernel's
+entry and whose backward calls its backward entry with the saved inputs, so a
+trainer's gradients come from the same certified file as its log-probs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def with_gradient(spec, forward: Callable, backward: Callable | None) -> Callable:
+    import torch
+
+    n = len(spec.inputs)
+    kwargs = tuple(spec.kwargs)
+    wrt = tuple(spec.backward.wrt) if spec.backward is not None else ()
+    names = tuple(i.name for i in spec.inputs)
+
+    class _Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            tensors, extra = args[:n], args[n:]
+            ctx.save_for_backward(*tensors)
+            ctx.extra = extra
+            return forward(*tensors, *extra)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            tensors = ctx.saved_tensors
+            if backward is None:
+                return _recompute_gradient(spec, tensors, ctx.extra, grad_outputs)
+            grads = backward(*tensors, *(g.contiguous() for g in grad_outputs), *ctx.extra)
+            grads = grads if isinstance(grads, (tuple, list)) else (grads,)
+            by_name = dict(zip(wrt, grads))
+            return tuple(by_name.get(name) for name in names) + (None,) * len(ctx.extra)
+
+    def call(*args, **kw):
+        extra = tuple(kw.get(k, spec.kwargs[k]) for k in kwargs) if not args[n:] else tuple(args[n:])
+        if not torch.is_grad_enabled() or not any(isinstance(t, torch.Tensor) and t.requires_grad for t in args[:n]):
+            return forward(*args[:n], *extra)
+        return _Op.apply(*args[:n], *extra)
+
+    return call
+
+
+def _recompute_gradient(spec, tensors, extra, grad_outputs):
+    """No backward entry (attention): autograd over torch's float32 recompute of the forward."""
+    import torch
+
+    from tik_agent.onpolicy.kernels import paged_attention_torch
+
+    if spec.name != "attention":
+        raise RuntimeError(f"{spec.name}: the kernel file has no backward entry")
+    leaves = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in tensors]
+    with torch.enable_grad():
+        out = paged_attention_torch(*leaves, *extra)
+        wanted = [t for t in leaves if t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wanted, grad_outputs[0].float()))
+    return tuple(next(grads).to(t.dtype) if t.is_floating_point() else None for t in tensors) + (None,) * len(extra)

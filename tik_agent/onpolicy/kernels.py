@@ -1,0 +1,106 @@
+"""The four kernels the decoder needs, as one set: certified (Triton) or torch's stock.
+
+A certified set calls kernel files (the bundled seeds by default, or a run's
+best kernel, or an exported wheel's ``kernel.py`` for one of them) and gives
+matmul, RMSNorm and log-probs their gradients through the files' backward
+entries.  The attention seed has no backward entry yet: its gradient in the
+trainer is torch autograd over a float32 recompute (the forward, whose bits
+the check compares, is always the kernel's).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from tik_agent.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+KINDS = ("matmul", "rmsnorm", "logprobs", "attention")
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """What the decoder calls; every function takes and returns torch tensors."""
+
+    name: str
+    matmul: Callable            # (a (M, K), b (K, N)) -> (M, N)
+    rms_norm: Callable          # (x (M, N), weight (N,), eps) -> (M, N)
+    attention: Callable         # the attention seed's calling convention
+    token_logprobs: Callable    # (logits (M, V), targets (M,)) -> (M,) fp32
+    sources: Mapping[str, str]  # kind -> where its kernel came from
+
+
+def stock() -> KernelSet:
+    import torch
+    import torch.nn.functional as F
+
+    def rms_norm(x, weight, eps):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    def token_logprobs(logits, targets):
+        return torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0]
+
+    return KernelSet("stock", torch.mm, rms_norm, paged_attention_torch, token_logprobs,
+                     {k: "torch" for k in KINDS})
+
+
+def paged_attention_torch(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
+    """torch's scaled_dot_product_attention, one sequence at a time, over the paged cache."""
+    import torch
+    import torch.nn.functional as F
+
+    page = k_cache.shape[1]
+    outs = []
+    for s in range(seq_lens.shape[0]):
+        begin, end, length = int(cu_seqlens_q[s]), int(cu_seqlens_q[s + 1]), int(seq_lens[s])
+        slots = torch.arange(length, device=q.device)
+        blocks = block_table[s, slots // page].long()
+        k = k_cache[blocks, slots % page].transpose(0, 1)  # (Hkv, L, D)
+        v = v_cache[blocks, slots % page].transpose(0, 1)
+        qs = q[begin:end].transpose(0, 1)                  # (Hq, n, D)
+        positions = torch.arange(length - (end - begin), length, device=q.device)
+        mask = slots[None, :] <= positions[:, None]
+        out = F.scaled_dot_product_attention(qs[None], k[None], v[None], attn_mask=mask, scale=scale,
+                                             enable_gqa=True)[0]
+        outs.append(out.transpose(0, 1))
+    return torch.cat(outs, dim=0)
+
+
+def certified(files: Mapping[str, Path] | None = None) -> KernelSet:
+    """Triton kernels: the bundled seeds, with any of them replaced by ``files[kind]``."""
+    from tik_agent.spec.seeds import BUNDLED_DIR
+    from tik_agent.spec.schema import load_spec
+
+    files = dict(files or {})
+    unknown = sorted(set(files) - set(KINDS))
+    if unknown:
+        raise UsageError(f"--kernel: unknown kind {unknown[0]!r}; expected one of {list(KINDS)}")
+    entries, sources = {}, {}
+    for kind in KINDS:
+        spec = load_spec(BUNDLED_DIR / kind)
+        path = Path(files.get(kind, spec.source))
+        if not path.is_file():
+            raise UsageError(f"--kernel {kind}={path}: no such file")
+        entries[kind] = _load(path, spec)
+        sources[kind] = "bundled seed" if kind not in files else str(path)
+    return KernelSet("certified", entries["matmul"], entries["rmsnorm"], entries["attention"],
+                     entries["logprobs"], sources)
+
+
+def _load(path: Path, spec):
+    """The kernel file's entry, wrapped in autograd through its backward entry if it has one."""
+    from tik_agent.sandbox.harness import KernelLoadError, backward_of, entry_of, load_kernel
+
+    try:
+        module = load_kernel(path, f"onpolicy_{spec.name}")
+        forward = entry_of(module, spec, path)
+        backward = backward_of(module, spec, path) if spec.backward is not None else None
+    except KernelLoadError as exc:
+        raise UsageError(str(exc)) from None
+    from tik_agent.onpolicy.autograd import with_gradient
+
+    return with_gradient(spec, forward, backward)
