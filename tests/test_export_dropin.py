@@ -125,3 +125,82 @@ def test_matmul_drop_in_routes_linear_forward_and_gradients(tmp_path):
     assert facts["forward"] and facts["dx"], facts
     assert facts["dw"], facts
     assert "float64 is not certified" in facts["error"]
+
+
+def _logprobs_package(tmp_path):
+    """A minimal package around the logprobs seed, its op with the seed's backward as gradient."""
+    package = tmp_path / "tik_dropin_lp"
+    package.mkdir()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined)
+    text = env.get_template("_dropin.py.tmpl").render(dropin_kind="logprobs", namespace="tik_dropin_lp",
+                                                      entry="token_logprobs")
+    (package / "_dropin.py").write_text(text)
+    (package / "kernel.py").write_text((BUNDLED_DIR / "logprobs" / "kernel.py").read_text())
+    cert = {"environment": {"device": "cpu"}, "cases": [{"dtype": "float32"}, {"dtype": "bfloat16"}]}
+    (package / "_cases.py").write_text(f"def load_certificate():\n    return {json.dumps(cert)}\n")
+    (package / "__init__.py").write_text(
+        "import os\nos.environ.setdefault('TRITON_INTERPRET', '1')\nimport torch\n"
+        "from .kernel import token_logprobs as _lp, token_logprobs_backward as _lpb\n\n"
+        "@torch.library.custom_op('tik_dropin_lp::token_logprobs', mutates_args=())\n"
+        "def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:\n    return _lp(logits, targets)\n\n"
+        "def _setup(ctx, inputs, output):\n    ctx.save_for_backward(*inputs)\n\n"
+        "def _bwd(ctx, dout):\n    logits, targets = ctx.saved_tensors\n    return _lpb(logits, targets, dout)[0], None\n\n"
+        "torch.library.register_autograd('tik_dropin_lp::token_logprobs', _bwd, setup_context=_setup)\n"
+        "from ._dropin import enabled, is_enabled, NotCertifiedError\n")
+    return tmp_path
+
+
+def test_logprobs_drop_in_routes_the_log_softmax_gather_idiom(tmp_path):
+    facts = run_fresh(_logprobs_package(tmp_path), """
+        import json
+        import torch
+        import torch.nn.functional as F
+        import tik_dropin_lp as pkg
+        from tik_dropin_lp.kernel import token_logprobs, token_logprobs_backward
+
+        bits = lambda t: t.view(torch.int32)
+        gen = torch.Generator().manual_seed(0)
+        V = 2500  # two of the kernel's vocabulary chunks
+        logits = (torch.randn(2, 3, V, generator=gen) * 4).requires_grad_()
+        ids = torch.randint(0, V, (2, 3), generator=gen)
+        dy = torch.randn(2, 3, generator=gen)
+        stock = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        with pkg.enabled():
+            inside = pkg.is_enabled()
+            routed = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            by_method = logits.log_softmax(-1).gather(dim=-1, index=ids[..., None]).squeeze(-1)
+            by_f = torch.gather(F.log_softmax(logits, dim=-1, dtype=torch.float32), -1, ids[..., None]).squeeze(-1)
+            other_dim = torch.log_softmax(logits, dim=0).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            routed.backward(dy)
+        flat = logits.detach().reshape(-1, V)
+        direct = token_logprobs(flat, ids.reshape(-1)).reshape(2, 3)
+        (dlogits,) = token_logprobs_backward(flat, ids.reshape(-1), dy.reshape(-1))
+        after = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        stock_other = torch.log_softmax(logits, dim=0).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        facts = {"inside": inside, "after_off": not pkg.is_enabled(),
+                 "forward": torch.equal(bits(routed), bits(direct)),
+                 "method": torch.equal(bits(by_method), bits(direct)), "functional": torch.equal(bits(by_f), bits(direct)),
+                 "dlogits": torch.equal(bits(logits.grad.reshape(-1, V)), bits(dlogits)),
+                 "other_dim_is_stock": torch.equal(bits(other_dim), bits(stock_other)),
+                 "after_is_stock": torch.equal(bits(after), bits(stock)),
+                 "stock_differs": not torch.equal(bits(stock), bits(direct))}
+        errors = []
+        with pkg.enabled():
+            for bad in (lambda: torch.log_softmax(logits.double(), -1).gather(-1, ids[..., None]),
+                        lambda: torch.log_softmax(logits, -1).gather(-1, torch.stack([ids, ids], -1))):
+                try:
+                    bad()
+                    errors.append(None)
+                except pkg.NotCertifiedError as exc:
+                    errors.append(str(exc))
+        facts["errors"] = errors
+        print(json.dumps(facts))
+    """)
+    assert facts["inside"] and facts["after_off"], facts
+    assert facts["forward"] and facts["method"] and facts["functional"], facts
+    assert facts["dlogits"], facts
+    assert facts["other_dim_is_stock"] and facts["after_is_stock"], facts
+    assert facts["stock_differs"], facts  # otherwise the checks above could not tell routed from stock
+    dtype_error, shape_error = facts["errors"]
+    assert dtype_error and "float64 is not certified" in dtype_error
+    assert shape_error and "one id per row" in shape_error

@@ -3,7 +3,9 @@
 Which aten ops a wheel may take over follows from the bundled seed it was
 optimised from: a matmul kernel serves ``mm`` and ``addmm`` (and so
 ``linear``, which decomposes into them), an RMSNorm kernel serves
-``rms_norm``.  Other seeds get a switch that says it has nothing to route.
+``rms_norm``, a token log-prob kernel serves ``log_softmax(...).gather(...)``
+(through a torch function mode: no aten op computes a gathered log-softmax).
+Other seeds get a switch that says it has nothing to route.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from tik_agent.spec.schema import KernelSpec
 
 # seed name -> (entry, input names) the override's calling convention needs
-DROPIN_KINDS = {"matmul": ("matmul", ("a", "b")), "rmsnorm": ("rms_norm", ("x", "weight"))}
+DROPIN_KINDS = {"matmul": ("matmul", ("a", "b")), "rmsnorm": ("rms_norm", ("x", "weight")),
+                "logprobs": ("token_logprobs", ("logits", "targets"))}
 
 
 def dropin_context(spec: KernelSpec) -> dict:
