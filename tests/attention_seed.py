@@ -103,3 +103,73 @@ def apply_control(seed: Path, name: str) -> Path:
 
 def without_tunables(text: str) -> str:
     return re.sub(r"\[tunables\].*", "", text, flags=re.S)
+
+
+SMALL_BACKWARD = """[[workload]]
+name = "step-small"
+M = 1
+Hq = 4
+Hkv = 2
+D = 64
+L = 16
+Q = 16
+P = 8
+dtype = "float32"
+weight = 1.0
+backward = true
+devices = ["cpu"]
+
+[backward]
+entry = "attention_backward"
+grads = ["do"]
+wrt = ["q", "k_cache", "v_cache"]
+
+[backward.tolerance.float32]
+rtol = 1e-4
+atol = 1e-4
+
+"""
+
+
+def small_attention_backward(dest: Path) -> Path:
+    """The small copy with the seed's backward entry and a training cell."""
+    seed = small_attention(dest)
+    spec = seed / "spec.toml"
+    text = spec.read_text()
+    at = text.index("[tunables]")
+    spec.write_text(text[:at] + SMALL_BACKWARD + text[at:])
+    return seed
+
+
+# Backward controls: edits of the backward kernels (after the forward in the file).
+BACKWARD_CONTROLS = {
+    # dk/dv of a sequence alone sum over query blocks twice as long
+    "dkdv-block-follows-batch": [
+        ("BLOCK_Q=BWD_BLOCK_Q, GROUP=group,", "BLOCK_Q=BWD_BLOCK_Q if num_seqs > 1 else 2 * BWD_BLOCK_Q, GROUP=group,"),
+    ],
+    # dq (and the statistics dk/dv reuse) walked in other tiles for a sequence alone
+    "dq-tile-follows-batch": [
+        ("        do.stride(0), do.stride(1),\n        block_table.stride(0),\n        PAGE=page, HEAD_DIM=D, TILE=TILE,\n"
+         "        BLOCK_Q=BLOCK_Q,",
+         "        do.stride(0), do.stride(1),\n        block_table.stride(0),\n"
+         "        PAGE=page, HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,\n        BLOCK_Q=BLOCK_Q,"),
+    ],
+    # the tail of a sequence's last block (slots it does not own) gets a constant
+    # instead of zeros: deterministic and the same in every launch, so only the
+    # ownership rule can see it
+    "unowned-slots-nonzero": [
+        ("    page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=owned, other=0).to(tl.int64)\n",
+         "    tail = j < (seq_len + PAGE - 1) // PAGE * PAGE\n"
+         "    page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=tail, other=0).to(tl.int64)\n"),
+        ("    tl.store(dk_ptr + slot[:, None] + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=owned[:, None])",
+         "    tl.store(dk_ptr + slot[:, None] + d[None, :], tl.where(owned[:, None], dk, 0.25).to(dk_ptr.dtype.element_ty),"
+         " mask=tail[:, None])"),
+    ],
+}
+
+
+def apply_backward_control(seed: Path, name: str) -> Path:
+    kernel = seed / "kernel.py"
+    for old, new in BACKWARD_CONTROLS[name]:
+        edit(kernel, old, new)
+    return kernel

@@ -116,3 +116,28 @@ def test_backward_that_counts_its_timed_calls_is_caught_by_the_training_cell_dig
     assert verdict.outcome == Outcome.INTEGRITY_FAILED, verdict.reason
     assert verdict.reason.startswith("timing:small-step: [timed-call]"), verdict.reason
     assert all(c["passed"] for c in verdict.cases)  # parity alone would have let it through
+
+
+def test_the_graph_phase_replays_the_training_step_of_a_training_cell(seed, tmp_path):
+    """The graph phase calls what the timed phase calls: the whole step for a training
+    cell, the forward alone otherwise (its replays are compared with the seed's)."""
+    spec = load_spec(seed)
+    options = EvalOptions(device=DEVICE, timeout_s=300, rounds=3, warmup=1, graphs=True)
+    reference = compute_reference(spec, options)
+    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 2048", "DW_BLOCK_N = 1024")
+    verdict = evaluate_sandboxed(spec, path, options, reference)
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
+    rows = {c["name"]: c for c in verdict.timing}
+    assert set(rows) == {"small", "small-step"} and all(r["device"]["calls"] >= 2 for r in rows.values())
+    # Bytes read and written per call: the forward cell's are x, weight and y; the
+    # training cell's also dy, dx and dweight.
+    from tik_agent.backends.graph_timer import tensor_bytes
+    from tik_agent.spec.cases import make_inputs, workload_case
+
+    def moved(cell_name):
+        cell = next(c for c in spec.workload_for(DEVICE) if c.name == cell_name)
+        x, weight, dy = make_inputs(spec, workload_case(cell, 0), DEVICE)
+        return tensor_bytes([x, weight, x] + ([dy, x, weight] if cell.backward else []))
+
+    assert rows["small"]["device"]["bytes"] == moved("small")
+    assert rows["small-step"]["device"]["bytes"] == moved("small-step")

@@ -18,3 +18,11 @@ def test_backward_contract_appears_for_a_seed_with_a_backward_entry():
 def test_no_backward_section_without_one():
     system = PromptRenderer().render(make_context()).system
     assert "backward entry" not in system
+
+
+def test_the_attention_prompt_explains_per_slot_gradients_and_rows_seeds_do_not_get_it():
+    attention = (BUNDLED_DIR / "attention" / "spec.toml").read_text()
+    system = PromptRenderer().render(dataclasses.replace(make_context(), spec_text=attention)).system
+    assert "`attention_backward`" in system and "per cache slot" in system and "must hold zeros" in system
+    rmsnorm = (BUNDLED_DIR / "rmsnorm" / "spec.toml").read_text()
+    assert "per cache slot" not in PromptRenderer().render(dataclasses.replace(make_context(), spec_text=rmsnorm)).system

@@ -4,7 +4,8 @@ Which aten ops a wheel may take over follows from the bundled seed it was
 optimised from: a matmul kernel serves ``mm`` and ``addmm`` (and so
 ``linear``, which decomposes into them), an RMSNorm kernel serves
 ``rms_norm``, a token log-prob kernel serves ``log_softmax(...).gather(...)``
-(through a torch function mode: no aten op computes a gathered log-softmax).
+(through a torch function mode: no aten op computes a gathered log-softmax),
+and the paged attention kernel serves causal ``scaled_dot_product_attention``.
 Other seeds get a switch that says it has nothing to route.
 """
 
@@ -14,7 +15,8 @@ from tik_agent.spec.schema import KernelSpec
 
 # seed name -> (entry, input names) the override's calling convention needs
 DROPIN_KINDS = {"matmul": ("matmul", ("a", "b")), "rmsnorm": ("rms_norm", ("x", "weight")),
-                "logprobs": ("token_logprobs", ("logits", "targets"))}
+                "logprobs": ("token_logprobs", ("logits", "targets")),
+                "attention": ("attention", ("q", "k_cache", "v_cache", "cu_seqlens_q", "seq_lens", "block_table"))}
 
 
 def dropin_context(spec: KernelSpec) -> dict:

@@ -126,7 +126,7 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
         **dropin_context(source.spec),
         "dist_name": dist.name, "version": dist.version, "import_name": dist.import_name,
         "namespace": dist.namespace, "requirements": requirements(certificate["environment"]),
-        "entry": source.spec.entry, "seed_name": source.spec.name,
+        "entry": source.spec.entry, "seed_name": source.spec.name, "layout": source.spec.layout,
         "seed_description": source.spec.description or "(no description)",
         "description": source.spec.description or f"The {source.spec.name} kernel.",
         "summary": f"Batch-invariant Triton kernel {source.spec.entry} ({source.spec.name}), "

@@ -15,7 +15,7 @@ from tik_agent.bits import Mismatch, first_mismatch, meta_difference
 from tik_agent.spec.cases import Case, rows_alone
 from tik_agent.sandbox.harness import CaseOutputs, as_outputs
 from tik_agent.spec.backward import is_batched
-from tik_agent.spec.layouts import TOKENS_DIM
+from tik_agent.spec.layouts import BLOCKS_DIM, TOKENS_DIM
 from tik_agent.spec.schema import KernelSpec, OutputSpec, Tolerance, resolve_shape
 
 
@@ -56,18 +56,23 @@ class _Fail(Exception):
 
 
 def expected_meta(spec: KernelSpec, case: Case, m: int, output: OutputSpec | None = None,
-                  tokens: int | None = None) -> tuple[tuple[int, ...], str]:
-    """Shape and dtype of an output for ``m`` rows (or, in the sequences layout, ``tokens`` tokens)."""
+                  tokens: int | None = None, blocks: int | None = None) -> tuple[tuple[int, ...], str]:
+    """Shape and dtype of an output for ``m`` rows (or, in the sequences layout, ``tokens``
+    tokens over ``blocks`` cache blocks; the full launch's when not given)."""
     output = output or spec.output
     dims = dict(case.dims)
     if spec.layout == "sequences":
-        from tik_agent.spec.sequences import token_count
+        from tik_agent.spec.sequences import full_launch, placement, token_count
 
         dims[TOKENS_DIM] = token_count(spec, case) if tokens is None else tokens
+        if BLOCKS_DIM in output.shape:
+            dims[BLOCKS_DIM] = (placement(spec, case, full_launch(spec, case.m, case.dims)).num_blocks
+                                if blocks is None else blocks)
     return resolve_shape(output.shape, m, dims), output.resolve_dtype(case.dtype)
 
 
-def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: int | None = None) -> None:
+def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: int | None = None,
+                  blocks: int | None = None) -> None:
     import torch
 
     declared = spec.checked_outputs
@@ -77,7 +82,7 @@ def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: 
                                   f"({', '.join(o.name for o in declared)})")
     for output, t in zip(declared, as_outputs(out)):
         name = f"{what}: output {output.name}" if several else what
-        shape, dtype = expected_meta(spec, case, m, output, tokens)
+        shape, dtype = expected_meta(spec, case, m, output, tokens, blocks)
         if not isinstance(t, torch.Tensor):
             raise _Fail(Check.OUTPUT, f"{name}: returned {type(t).__name__}, expected a tensor")
         if tuple(t.shape) != shape or t.dtype != getattr(torch, dtype):

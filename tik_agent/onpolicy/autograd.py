@@ -30,7 +30,7 @@ def with_gradient(spec, forward: Callable, backward: Callable | None) -> Callabl
         def backward(ctx, *grad_outputs):
             tensors = ctx.saved_tensors
             if backward is None:
-                return _recompute_gradient(spec, tensors, ctx.extra, grad_outputs)
+                raise RuntimeError(f"{spec.name}: the kernel file has no backward entry")
             grads = backward(*tensors, *(g.contiguous() for g in grad_outputs), *ctx.extra)
             grads = grads if isinstance(grads, (tuple, list)) else (grads,)
             by_name = dict(zip(wrt, grads))
@@ -44,18 +44,3 @@ def with_gradient(spec, forward: Callable, backward: Callable | None) -> Callabl
 
     return call
 
-
-def _recompute_gradient(spec, tensors, extra, grad_outputs):
-    """No backward entry (attention): autograd over torch's float32 recompute of the forward."""
-    import torch
-
-    from tik_agent.onpolicy.kernels import paged_attention_torch
-
-    if spec.name != "attention":
-        raise RuntimeError(f"{spec.name}: the kernel file has no backward entry")
-    leaves = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in tensors]
-    with torch.enable_grad():
-        out = paged_attention_torch(*leaves, *extra)
-        wanted = [t for t in leaves if t.requires_grad]
-        grads = iter(torch.autograd.grad(out, wanted, grad_outputs[0].float()))
-    return tuple(next(grads).to(t.dtype) if t.is_floating_point() else None for t in tensors) + (None,) * len(extra)

@@ -2,10 +2,7 @@
 
 A certified set calls kernel files (the bundled seeds by default, or a run's
 best kernel, or an exported wheel's ``kernel.py`` for one of them) and gives
-matmul, RMSNorm and log-probs their gradients through the files' backward
-entries.  The attention seed has no backward entry yet: its gradient in the
-trainer is torch autograd over a float32 recompute (the forward, whose bits
-the check compares, is always the kernel's).
+every kernel its gradient through the file's backward entry.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from tik_agent.backends.graph_timer import (DEFAULT_L2_BYTES, EagerReplayBackend
 from tik_agent.bits import output_digest
 from tik_agent.sandbox import hostops, launches
 from tik_agent.sandbox.harness import poisoned_allocations
+from tik_agent.sandbox.timed import cell_entry
 from tik_agent.spec.cases import make_inputs, workload_case
 
 PHASE_GRAPHS = "graphs"
@@ -54,8 +55,8 @@ def backend_for(device: str):
     return EagerReplayBackend(), _l2(device), REHEARSAL_NAME
 
 
-def _slots(spec, cell, device: str, base_seed: int, calls: int) -> InputSlots:
-    return InputSlots(make_inputs(spec, workload_case(cell, int(base_seed)), device), calls)
+def _slots(spec, cell, device: str, base_seed: int, calls: int, count: int) -> InputSlots:
+    return InputSlots(make_inputs(spec, workload_case(cell, int(base_seed)), device)[:count], calls)
 
 
 def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
@@ -66,9 +67,11 @@ def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
     kwargs = dict(spec.kwargs)
     l2 = _l2(device)  # the seed's worker captures nothing: no backend (stream, NVML) to make
     out = {}
+    entry = seed
     for cell in spec.workload_for(device):
         g = graph[cell.name]
-        probe = make_inputs(spec, workload_case(cell, int(g["base"])), device)
+        seed, count = cell_entry(spec, cell, entry)
+        probe = make_inputs(spec, workload_case(cell, int(g["base"])), device)[:count]
         seed(*probe, **kwargs)
         _sync(device)
         start = time.perf_counter()
@@ -77,7 +80,7 @@ def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
         single_ms = (time.perf_counter() - start) * 1e3
         set_bytes = tensor_bytes(probe) + tensor_bytes(result)
         calls = graph_calls(set_bytes, l2, single_ms) if device == "cuda" else REHEARSAL_CALLS
-        slots = _slots(spec, cell, device, g["base"], calls)
+        slots = _slots(spec, cell, device, g["base"], calls, count)
         digests = {}
         for r in g["checked"]:
             slots.fill(g["fill"][r])
@@ -126,9 +129,10 @@ def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, ca
     for cell in spec.workload_for(device):
         g = graph[cell.name]
         n = int(calls[cell.name])
-        slots = _slots(spec, cell, device, g["base"], n)
+        called = {k: cell_entry(spec, cell, fn) for k, fn in kernels.items()}
+        slots = _slots(spec, cell, device, g["base"], n, called["seed"][1])
         seen = {k: Counter() for k in kernels}
-        fns = {k: _watched(fn, kwargs, seen[k], poison=device != "cuda") for k, fn in kernels.items()}
+        fns = {k: _watched(fn, kwargs, seen[k], poison=device != "cuda") for k, (fn, _) in called.items()}
         checked: dict[str, dict] = {}
         mismatch: list = []
 

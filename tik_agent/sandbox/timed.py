@@ -32,13 +32,19 @@ PHASE_TIMING = "timing"
 PHASE_RECHECK = "recheck"
 
 
-def cell_call(spec, cell, entry: Callable, seed: int, device: str) -> tuple[Callable, list]:
-    """What a cell times, and its inputs: the whole training step for a training cell,
-    otherwise the forward on the forward's inputs (no upstream gradients)."""
-    inputs = make_inputs(spec, workload_case(cell, seed), device)
+def cell_entry(spec, cell, entry: Callable) -> tuple[Callable, int]:
+    """What a cell calls, and how many of the judged call's inputs it takes: the whole
+    training step for a training cell, otherwise the forward on the forward's inputs
+    (no upstream gradients).  The graph phase follows the same rule."""
     if cell.backward or not isinstance(entry, TrainingStep):
-        return entry, inputs
-    return entry.forward, inputs[: len(spec.inputs)]
+        return entry, len(spec.checked_inputs)
+    return entry.forward, len(spec.inputs)
+
+
+def cell_call(spec, cell, entry: Callable, seed: int, device: str) -> tuple[Callable, list]:
+    """What a cell times, and its inputs."""
+    fn, count = cell_entry(spec, cell, entry)
+    return fn, make_inputs(spec, workload_case(cell, seed), device)[:count]
 
 
 def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,

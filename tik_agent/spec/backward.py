@@ -20,6 +20,14 @@ batch invariant; a gradient without it (``dweight``, ``db``) is a reduction over
 the batch and must equal the seed's bits at every batch size, so its order of
 summation may not depend on M.  Every parity case then runs forward and
 backward, and judges the forward outputs followed by the gradients.
+
+In the ``sequences`` layout (attention) the upstream gradients are ``tokens``
+inputs, generated per sequence and position like the queries.  A gradient of a
+``tokens`` input (``dq``) is per token and must agree in every launch that
+holds the token; a gradient of a ``cache`` input (``dk_cache``) is per slot:
+a slot's value sums over its own sequence's new tokens, so it must agree in
+every launch where that sequence has the same chunk, whatever else shares the
+launch or where its blocks sit, and a slot no sequence owns must hold zeros.
 """
 
 from __future__ import annotations
@@ -48,8 +56,6 @@ def parse_backward(path: Path, table: Mapping[str, Any] | None, inputs, outputs,
         return None
     r = _Reader(path, table, "backward")
     r.unknown(BACKWARD_FIELDS)
-    if layout != "rows":
-        raise _err(path, "backward", f"a backward entry is supported for the rows layout only, not {layout!r}")
     entry = _identifier(path, "backward.entry", r.get("entry", str))
     names = {i.name for i in inputs}
     grads = r.get("grads", list)
@@ -89,7 +95,10 @@ def grad_inputs(backward: BackwardSpec, outputs: tuple[OutputSpec, ...]):
     """The upstream gradients as extra inputs of the judged call (generated like inputs)."""
     from tik_agent.spec.schema import InputSpec
 
-    return tuple(InputSpec(g, o.shape, o.dtype) for g, o in zip(backward.grads, outputs))
+    from tik_agent.spec.layouts import TOKENS_DIM
+
+    return tuple(InputSpec(g, o.shape, o.dtype, role="tokens" if o.shape[:1] == (TOKENS_DIM,) else None)
+                 for g, o in zip(backward.grads, outputs))
 
 
 def grad_outputs(backward: BackwardSpec, inputs) -> tuple[OutputSpec, ...]:

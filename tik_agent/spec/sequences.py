@@ -129,12 +129,20 @@ def positions(spec: KernelSpec, case, seq: int, inp, begin: int, end: int):
     return torch.cat(parts)[begin - first: end - first]
 
 
-def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") -> list:
-    """The entry's positional inputs for one launch of ``case``."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a launch's cache blocks sit: ``blocks[i]`` are chunk i's physical blocks in order."""
+
+    num_blocks: int
+    table: object                 # (chunks, width) int64 block table, spare columns included
+    blocks: tuple[object, ...]    # per chunk, its owned physical blocks (int64)
+
+
+def placement(spec: KernelSpec, case, launch: Launch) -> Placement:
+    """The block placement of one launch: a function of the case and the launch only."""
     import torch
 
     page = case.dims[spec.sequences.page]
-    dtype = getattr(torch, case.dtype)
     gen = torch.Generator().manual_seed(_seed_of("placement", case.id, case.seed, launch.placement))
     owned = [-(-c.end // page) for c in launch.chunks]
     num_blocks = sum(owned) + SPARE_BLOCKS + launch.placement % 3
@@ -142,16 +150,40 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     # Spare columns, and every column past a sequence's own, point anywhere.
     width = max(owned) + 1 + launch.placement % 2
     table = torch.randint(0, num_blocks, (len(launch.chunks), width), generator=gen, dtype=torch.int64)
+    blocks, taken = [], 0
+    for row, n in enumerate(owned):
+        blocks.append(physical[taken: taken + n])
+        taken += n
+        table[row, :n] = blocks[-1]
+    return Placement(num_blocks, table, tuple(blocks))
+
+
+def owned_slots(spec: KernelSpec, case, launch: Launch, where: Placement) -> list:
+    """Per chunk, the flat cache slot (block * page + offset) of each of its positions 0..end-1."""
+    import torch
+
+    page = case.dims[spec.sequences.page]
+    out = []
+    for chunk, blocks in zip(launch.chunks, where.blocks):
+        slots = torch.arange(chunk.end)
+        out.append(blocks[slots // page] * page + slots % page)
+    return out
+
+
+def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") -> list:
+    """The judged call's positional inputs for one launch of ``case`` (with a backward
+    entry, the upstream gradients follow the inputs, generated per token like them)."""
+    import torch
+
+    page = case.dims[spec.sequences.page]
+    dtype = getattr(torch, case.dtype)
+    where = placement(spec, case, launch)
     garbage = GARBAGE[launch.placement % len(GARBAGE)]
     if not math.isnan(garbage):
         garbage *= torch.finfo(dtype).max
-    caches = {i.name: torch.full((num_blocks, page, *resolve_shape(i.shape[2:], 1, case.dims)), garbage, dtype=dtype)
+    caches = {i.name: torch.full((where.num_blocks, page, *resolve_shape(i.shape[2:], 1, case.dims)), garbage, dtype=dtype)
               for i in spec.inputs if i.role == "cache"}
-    taken = 0
-    for row, chunk in enumerate(launch.chunks):
-        blocks = physical[taken: taken + owned[row]]
-        taken += owned[row]
-        table[row, : owned[row]] = blocks
+    for chunk, blocks in zip(launch.chunks, where.blocks):
         slots = torch.arange(chunk.end)
         for inp in spec.inputs:
             if inp.role == "cache":
@@ -160,10 +192,10 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     index = {
         "cu_seqlens": torch.cumsum(counts, 0),
         "seq_lens": torch.tensor([c.end for c in launch.chunks], dtype=torch.int64),
-        "block_table": table,
+        "block_table": where.table,
     }
     out = []
-    for inp in spec.inputs:
+    for inp in spec.checked_inputs:
         if inp.role == "cache":
             t = caches[inp.name]
         elif inp.is_float:

@@ -43,9 +43,11 @@ k)`` tile by tile, ``dq * scale`` at the end: every row of dq is its own, so dq
 is batch invariant like the output.  dk and dv of a cache slot sum over the
 queries of *its own sequence* that see it: one program per (sequence, KV tile
 of ``TILE`` positions, KV head) walks that sequence's new tokens in blocks of
-``BWD_BLOCK_Q`` tokens from the first one on, all query heads of the group
+``BWD_BLOCK_Q`` tokens counted from its first new token (blocks that cannot
+see the tile add exact zeros and may be skipped), all query heads of the group
 side by side, and adds ``tl.sum(p * do)`` and ``tl.sum(ds * q * scale)`` over
-the block's rows, blocks in ascending order.  The order depends on the
+the block's rows, blocks in ascending order (``BWD_BLOCK_Q`` is part of the
+numerics and fixed, like ``TILE``).  The order depends on the
 sequence's own chunk only, never on the other sequences, the page size or
 where the blocks sit; slots no sequence owns get zeros.  Sequences must not
 share cache blocks (a trainer's never do).  Every product a row may not see
@@ -295,8 +297,12 @@ def _attention_bwd_dkdv_kernel(
     dv = tl.zeros((TILE, HEAD_DIM), tl.float32)
     rows = tl.arange(0, BLOCK_Q * GROUP)
     head = kv_head * group + rows % GROUP
-    # Query blocks from the sequence's first new token on, in ascending order.
-    for qb in range(0, q_len, BLOCK_Q):
+    # Query blocks in ascending order.  Blocks whose tokens all sit before the
+    # tile see none of it and would add exact zeros: they are skipped, and so is
+    # every block of a tile past the sequence's end.
+    first = tl.maximum(start - ctx_start, 0) // BLOCK_Q * BLOCK_Q
+    last = tl.where(start < seq_len, q_len, 0)
+    for qb in range(first, last, BLOCK_Q):
         tok = qb + rows // GROUP
         row_ok = (tok < q_len) & (rows % GROUP < group) & (head < num_heads)
         pos = ctx_start + tok
