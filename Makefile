@@ -29,12 +29,14 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 # key, no GPU; two attempts, ending with at least one faster kernel in the
 # lineage, exported as a wheel into dist/, then the on-policy check with that
 # wheel's kernel (sampler and trainer log-probs agree bit for bit: ratio 1.0).
-# About 280 CPU-seconds in all (README: what was measured and under what load).
+# Every demo gets a run directory of its own: an earlier demo's run is kept.
+DEMO_RUN = runs/demo-rmsnorm-$(shell date +%Y%m%d-%H%M%S)
+
 demo: $(STAMP)
-	rm -rf runs/demo-rmsnorm
-	$(BIN)/tik-agent optimize rmsnorm --agent offline --iterations 2 --run-dir runs/demo-rmsnorm
-	$(BIN)/tik-agent lineage runs/demo-rmsnorm
-	$(BIN)/tik-agent export runs/demo-rmsnorm --out dist/
+	@run="$(DEMO_RUN)"; set -ex; \
+	$(BIN)/tik-agent optimize rmsnorm --agent offline --iterations 2 --run-dir "$$run"; \
+	$(BIN)/tik-agent lineage "$$run"; \
+	$(BIN)/tik-agent export "$$run" --out dist/; \
 	$(BIN)/tik-agent onpolicy --sequences 2 --wheel "$$(ls -t dist/tik_kernel_rmsnorm-*.whl | head -1)"
 
 test: $(STAMP)
