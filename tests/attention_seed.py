@@ -149,10 +149,8 @@ BACKWARD_CONTROLS = {
     ],
     # dq (and the statistics dk/dv reuse) walked in other tiles for a sequence alone
     "dq-tile-follows-batch": [
-        ("        do.stride(0), do.stride(1),\n        block_table.stride(0),\n        PAGE=page, HEAD_DIM=D, TILE=TILE,\n"
-         "        BLOCK_Q=BLOCK_Q,",
-         "        do.stride(0), do.stride(1),\n        block_table.stride(0),\n"
-         "        PAGE=page, HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,\n        BLOCK_Q=BLOCK_Q,"),
+        ("        do, m, l, delta,\n        PAGE=page, HEAD_DIM=D, TILE=TILE,",
+         "        do, m, l, delta,\n        PAGE=page, HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,"),
     ],
     # the tail of a sequence's last block (slots it does not own) gets a constant
     # instead of zeros: deterministic and the same in every launch, so only the

@@ -97,21 +97,11 @@ def test_eval_rejects_a_dk_reduction_that_follows_the_batch(judged, tmp_path):
 
 @pytest.fixture(scope="module")
 def attention_package(judged, seed_verdict, tmp_path_factory):
-    """The wheel's package for the small attention seed, as export renders it."""
-    from tik_agent.export.builder import _distribution_record
-    from tik_agent.export.certificate import build_certificate
-    from tik_agent.export.project import distribution, render_project
-    from tik_agent.export.source import ExportSource
+    """The wheel's package for the small attention seed, certified by the evaluation above."""
+    from packageutil import render_package
 
-    seed, spec, _, _ = judged
-    kernel = (seed / "kernel.py").read_bytes()
-    source = ExportSource(run_id="test", commit="c" * 40, root_commit="r" * 40, attempt_id=None, parent_commit=None,
-                          spec=spec, spec_source=(seed / "spec.toml").read_bytes(), seed_source=kernel,
-                          kernel_source=kernel, evaluation=seed_verdict.to_dict(), trailers={}, ancestry=())
-    dist = distribution(spec.name, source.commit)
-    root = tmp_path_factory.mktemp("package")
-    render_project(root, source, dist, build_certificate(source, _distribution_record(dist, spec.entry)))
-    return root, dist.import_name
+    seed = judged[0]
+    return render_package(tmp_path_factory.mktemp("package"), seed, seed_verdict.to_dict())
 
 
 def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package):

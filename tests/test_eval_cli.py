@@ -6,6 +6,7 @@ import pytest
 
 from tik_agent import cli
 from tik_agent.judge.evaluate import EvalOptions, evaluate
+from tik_agent.judge.records import Outcome
 from tik_agent.spec.seeds import resolve
 
 
@@ -36,7 +37,8 @@ def test_other_seeds_against_themselves(name, device, tmp_path):
     shrink_grid(seed, batch_sizes="[1, 3, 6]")
     spec = load_spec(seed)
     verdict = evaluate(spec, spec.source, EvalOptions(device=device, rounds=3, warmup=1))
-    assert verdict.passed, verdict.reason
+    # Against itself: the same bits, and "slower" only when the machine is busy.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.cases_passed == len(verdict.cases)
 
 

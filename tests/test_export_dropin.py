@@ -3,13 +3,10 @@ to the certified kernel, bit for bit, and only inside the block."""
 
 from __future__ import annotations
 
-import json
-
-import jinja2
 import pytest
 
+from packageutil import render_package
 from test_export_autograd import PACKAGE, run_fresh, unpacked  # noqa: F401  (fixture)
-from tik_agent.export.project import TEMPLATE_DIR
 from tik_agent.spec.seeds import BUNDLED_DIR
 
 
@@ -77,30 +74,13 @@ def test_calls_outside_the_contract_raise_a_clear_error(rms_facts):
     assert weight_error and "with a weight" in weight_error
 
 
-def _matmul_package(tmp_path):
-    """A minimal package around the matmul seed with the rendered drop-in module."""
-    package = tmp_path / "tik_dropin_mm"
-    package.mkdir()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined)
-    text = env.get_template("_dropin.py.tmpl").render(dropin_kind="matmul", namespace="tik_dropin_mm", entry="matmul")
-    (package / "_dropin.py").write_text(text)
-    (package / "kernel.py").write_text((BUNDLED_DIR / "matmul" / "kernel.py").read_text())
-    cert = {"environment": {"device": "cpu"}, "cases": [{"dtype": "float32"}]}
-    (package / "_cases.py").write_text(f"def load_certificate():\n    return {json.dumps(cert)}\n")
-    (package / "__init__.py").write_text(
-        "import os\nos.environ.setdefault('TRITON_INTERPRET', '1')\nimport torch\nfrom .kernel import matmul as _mm\n\n"
-        "@torch.library.custom_op('tik_dropin_mm::matmul', mutates_args=())\n"
-        "def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n    return _mm(a, b)\n\n"
-        "from ._dropin import enabled, NotCertifiedError\n")
-    return tmp_path
-
-
 def test_matmul_drop_in_routes_linear_forward_and_gradients(tmp_path):
-    facts = run_fresh(_matmul_package(tmp_path), """
+    root, name = render_package(tmp_path, BUNDLED_DIR / "matmul")
+    facts = run_fresh(root, f"""
         import json
         import torch
-        import tik_dropin_mm as pkg
-        from tik_dropin_mm.kernel import matmul, matmul_backward
+        import {name} as pkg
+        from {name}.kernel import matmul, matmul_backward
 
         bits = lambda t: t.view(torch.int32)
         torch.manual_seed(0)
@@ -113,8 +93,8 @@ def test_matmul_drop_in_routes_linear_forward_and_gradients(tmp_path):
         w = layer.weight.detach()
         direct = matmul(x.detach(), w.t().contiguous()) + layer.bias.detach()
         dx, dwt = matmul_backward(x.detach(), w.t().contiguous(), dy)
-        facts = {"forward": torch.equal(bits(y), bits(direct)), "dx": torch.equal(bits(x.grad), bits(dx)),
-                 "dw": torch.equal(bits(layer.weight.grad), bits(dwt.t().contiguous()))}
+        facts = {{"forward": torch.equal(bits(y), bits(direct)), "dx": torch.equal(bits(x.grad), bits(dx)),
+                 "dw": torch.equal(bits(layer.weight.grad), bits(dwt.t().contiguous()))}}
         try:
             with pkg.enabled():
                 layer.double()(x.double().detach())
@@ -127,36 +107,14 @@ def test_matmul_drop_in_routes_linear_forward_and_gradients(tmp_path):
     assert "float64 is not certified" in facts["error"]
 
 
-def _logprobs_package(tmp_path):
-    """A minimal package around the logprobs seed, its op with the seed's backward as gradient."""
-    package = tmp_path / "tik_dropin_lp"
-    package.mkdir()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined)
-    text = env.get_template("_dropin.py.tmpl").render(dropin_kind="logprobs", namespace="tik_dropin_lp",
-                                                      entry="token_logprobs")
-    (package / "_dropin.py").write_text(text)
-    (package / "kernel.py").write_text((BUNDLED_DIR / "logprobs" / "kernel.py").read_text())
-    cert = {"environment": {"device": "cpu"}, "cases": [{"dtype": "float32"}, {"dtype": "bfloat16"}]}
-    (package / "_cases.py").write_text(f"def load_certificate():\n    return {json.dumps(cert)}\n")
-    (package / "__init__.py").write_text(
-        "import os\nos.environ.setdefault('TRITON_INTERPRET', '1')\nimport torch\n"
-        "from .kernel import token_logprobs as _lp, token_logprobs_backward as _lpb\n\n"
-        "@torch.library.custom_op('tik_dropin_lp::token_logprobs', mutates_args=())\n"
-        "def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:\n    return _lp(logits, targets)\n\n"
-        "def _setup(ctx, inputs, output):\n    ctx.save_for_backward(*inputs)\n\n"
-        "def _bwd(ctx, dout):\n    logits, targets = ctx.saved_tensors\n    return _lpb(logits, targets, dout)[0], None\n\n"
-        "torch.library.register_autograd('tik_dropin_lp::token_logprobs', _bwd, setup_context=_setup)\n"
-        "from ._dropin import enabled, is_enabled, NotCertifiedError\n")
-    return tmp_path
-
-
 def test_logprobs_drop_in_routes_the_log_softmax_gather_idiom(tmp_path):
-    facts = run_fresh(_logprobs_package(tmp_path), """
+    root, name = render_package(tmp_path, BUNDLED_DIR / "logprobs")
+    facts = run_fresh(root, f"""
         import json
         import torch
         import torch.nn.functional as F
-        import tik_dropin_lp as pkg
-        from tik_dropin_lp.kernel import token_logprobs, token_logprobs_backward
+        import {name} as pkg
+        from {name}.kernel import token_logprobs, token_logprobs_backward
 
         bits = lambda t: t.view(torch.int32)
         gen = torch.Generator().manual_seed(0)
@@ -177,13 +135,13 @@ def test_logprobs_drop_in_routes_the_log_softmax_gather_idiom(tmp_path):
         (dlogits,) = token_logprobs_backward(flat, ids.reshape(-1), dy.reshape(-1))
         after = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
         stock_other = torch.log_softmax(logits, dim=0).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-        facts = {"inside": inside, "after_off": not pkg.is_enabled(),
+        facts = {{"inside": inside, "after_off": not pkg.is_enabled(),
                  "forward": torch.equal(bits(routed), bits(direct)),
                  "method": torch.equal(bits(by_method), bits(direct)), "functional": torch.equal(bits(by_f), bits(direct)),
                  "dlogits": torch.equal(bits(logits.grad.reshape(-1, V)), bits(dlogits)),
                  "other_dim_is_stock": torch.equal(bits(other_dim), bits(stock_other)),
                  "after_is_stock": torch.equal(bits(after), bits(stock)),
-                 "stock_differs": not torch.equal(bits(stock), bits(direct))}
+                 "stock_differs": not torch.equal(bits(stock), bits(direct))}}
         errors = []
         with pkg.enabled():
             for bad in (lambda: torch.log_softmax(logits.double(), -1).gather(-1, ids[..., None]),

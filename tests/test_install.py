@@ -135,7 +135,9 @@ def test_non_editable_install_works_from_another_directory(tmp_path):
 
     seed = small_rmsnorm(work)
     evaluated = cli("eval", str(seed / "kernel.py"), "--seed", str(seed), "--device", "cpu", "--rounds", "1")
-    assert evaluated.returncode == 0, evaluated.stdout[-1500:] + evaluated.stderr[-1500:]
+    # The seed against itself: accepted, or rejected as slower only when the machine is busy.
+    assert evaluated.returncode == 0 or (evaluated.returncode == 1 and "rejected (slower)" in evaluated.stdout), \
+        evaluated.stdout[-1500:] + evaluated.stderr[-1500:]
     run = cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--device", "cpu", "--rounds", "1",
               "--run-dir", "run")
     assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]

@@ -45,7 +45,8 @@ def test_bad_specs_name_the_field(tmp_path, seed, old, new, field, words):
 def test_sequence_inputs_are_consistent_and_hidden_shapes_valid():
     spec = load_spec(BUNDLED_DIR / "attention")
     case = next(c for c in parity_cases(spec) if c.m == 3)
-    q, k, v, cu, lens, table = make_inputs(spec, case)
+    q, k, v, cu, lens, table, do = make_inputs(spec, case)
+    assert do.shape == q.shape  # the upstream gradient of the backward entry, per token
     assert q.shape[0] == int(cu[-1]) and len(lens) == 3 and table.shape[0] == 3
     assert bool(((lens - (cu[1:] - cu[:-1])) >= 0).all()) and int(lens[0]) == case.dims["L"]
     assert table.shape[1] * k.shape[1] > int(lens.max())  # a padding column beyond every sequence's blocks

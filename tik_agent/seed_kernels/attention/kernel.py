@@ -35,9 +35,10 @@ is wrong).  Positions a row may not see are never loaded, so garbage, NaN or
 another sequence's data in cache slots it does not own cannot reach it.
 
 Backward contract (``attention_backward``: dq, dk_cache, dv_cache): the
-forward's loop is walked again per (token, query head) row, in the same tiles,
-to recompute its ``m``, ``l`` and output ``o`` exactly; ``delta = tl.sum(do *
-o)`` over the head dim.  A second walk over the same tiles gives ``p =
+forward's own program (``_attention_kernel`` with ``BACKWARD``) recomputes each
+(token, query head) row's ``m``, ``l`` and output ``o`` exactly as the forward
+does; ``delta = tl.sum(do * o)`` over the head dim.  A second walk over the
+same tiles gives ``p =
 exp(s - m) / l``, ``ds = p * (tl.sum(do * v) - delta)`` and ``dq += tl.sum(ds *
 k)`` tile by tile, ``dq * scale`` at the end: every row of dq is its own, so dq
 is batch invariant like the output.  dk and dv of a cache slot sum over the
@@ -76,9 +77,13 @@ def _attention_kernel(
     stride_vb, stride_vp, stride_vh,
     stride_ot, stride_oh,
     stride_bt,
+    do_ptr, m_ptr, l_ptr, delta_ptr,
     PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
     BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_BLOCK: tl.constexpr,
+    BACKWARD: tl.constexpr,
 ):
+    # The forward; with BACKWARD the same program then walks its tiles again for dq
+    # (written to o_ptr; do has q's strides) and keeps m, l and delta for dk/dv.
     pid = tl.program_id(0)
     # Which sequence this q-block belongs to: sequence s owns the programs from
     # cu[s] // BLOCK_Q + s on (enough for its cdiv(q_len, BLOCK_Q) blocks).
@@ -137,6 +142,31 @@ def _attention_kernel(
     # interpreter), which would let the rows per program reach the bits.
     out = tl.where(out != out, float("nan"), out)
     o_rows = o_ptr + (q_begin + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh
+    if BACKWARD:
+        t64 = (q_begin + tok).to(tl.int64)
+        do = tl.load(do_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                     mask=row_ok[:, None], other=0.0).to(tl.float32)
+        delta = tl.sum(do * out, axis=1)
+        dq = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
+        for start in range(0, hi, TILE):
+            j = start + tl.arange(0, TILE)
+            page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0).to(tl.int64)
+            sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
+            k_off = (page * stride_kb + (j % PAGE) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
+            k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
+            s = tl.sum(q[:, None, :] * k, axis=2)
+            v_off = (page * stride_vb + (j % PAGE) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
+            v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
+            p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
+            dp = tl.sum(do[:, None, :] * v, axis=2)
+            ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
+            dq += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * k, 0.0), axis=1)
+        dq = dq * scale
+        out = tl.where(dq != dq, float("nan"), dq)
+        stats = t64 * num_heads + head
+        tl.store(m_ptr + stats, m_i, mask=row_ok)
+        tl.store(l_ptr + stats, l_i, mask=row_ok)
+        tl.store(delta_ptr + stats, delta, mask=row_ok)
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -165,104 +195,12 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         out.stride(0), out.stride(1),
         block_table.stride(0),
+        q, out, out, out,  # the backward's pointers, unused by the forward
         PAGE=page, HEAD_DIM=D, TILE=TILE,
         BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_BLOCK=triton.next_power_of_2(num_seqs),
-        num_warps=NUM_WARPS,
+        BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
-
-
-@triton.jit
-def _attention_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, m_ptr, l_ptr, delta_ptr,
-    cu_ptr, lens_ptr, bt_ptr,
-    scale, num_seqs, num_heads, group,
-    stride_qt, stride_qh,
-    stride_kb, stride_kp, stride_kh,
-    stride_vb, stride_vp, stride_vh,
-    stride_dot, stride_doh,
-    stride_bt,
-    PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_BLOCK: tl.constexpr,
-):
-    # The program's rows, exactly as in _attention_kernel.
-    pid = tl.program_id(0)
-    seq_idx = tl.arange(0, SEQ_BLOCK)
-    seq_ok = seq_idx < num_seqs
-    firsts = tl.load(cu_ptr + seq_idx, mask=seq_ok, other=0) // BLOCK_Q + seq_idx
-    seq = tl.sum(((firsts <= pid) & seq_ok).to(tl.int32), axis=0) - 1
-    q_begin = tl.load(cu_ptr + seq)
-    q_len = tl.load(cu_ptr + seq + 1) - q_begin
-    seq_len = tl.load(lens_ptr + seq)
-    ctx_start = seq_len - q_len
-    q_local = (pid - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
-
-    rows = tl.arange(0, BLOCK_Q * HEADS)
-    tok = q_local + rows // HEADS
-    head = tl.program_id(1) * HEADS + rows % HEADS
-    row_ok = (tok < q_len) & (head < num_heads)
-    pos = tl.where(row_ok, ctx_start + tok, -1)
-    kv_head = head // group
-    d = tl.arange(0, HEAD_DIM)
-    t64 = (q_begin + tok).to(tl.int64)
-
-    q = tl.load(q_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None], other=0.0).to(tl.float32)
-    q = q * scale
-    do = tl.load(do_ptr + t64[:, None] * stride_dot + head[:, None] * stride_doh + d[None, :],
-                 mask=row_ok[:, None], other=0.0).to(tl.float32)
-
-    # Walk 1: the forward's m, l and output, bit for bit.
-    m_i = tl.full((BLOCK_Q * HEADS,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_Q * HEADS,), tl.float32)
-    acc = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
-    hi = ctx_start + tl.minimum(q_local + BLOCK_Q, q_len)
-    hi = tl.maximum(hi, 0)
-    for start in range(0, hi, TILE):
-        j = start + tl.arange(0, TILE)
-        page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0).to(tl.int64)
-        sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-        k_off = (page * stride_kb + (j % PAGE) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-        k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k, axis=2)
-        s = tl.where(sees, s, float("-inf"))
-        active = row_ok & (start <= pos)
-        m_new = tl.where(active, tl.maximum(m_i, tl.max(s, axis=1)), m_i)
-        alpha = tl.where(active, tl.exp(m_i - m_new), 1.0)
-        p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)
-        l_i = tl.where(active, l_i * alpha + tl.sum(p, axis=1), l_i)
-        v_off = (page * stride_vb + (j % PAGE) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-        v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        pv = tl.sum(p[:, :, None] * v, axis=1)
-        acc = tl.where(active[:, None], acc * alpha[:, None] + pv, acc)
-        m_i = m_new
-    o = acc / l_i[:, None]
-    o = tl.where(o != o, float("nan"), o)
-    delta = tl.sum(do * o, axis=1)
-
-    # Walk 2: dq, tile by tile in the same order.
-    dq = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
-    for start in range(0, hi, TILE):
-        j = start + tl.arange(0, TILE)
-        page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0).to(tl.int64)
-        sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-        k_off = (page * stride_kb + (j % PAGE) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-        k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k, axis=2)
-        v_off = (page * stride_vb + (j % PAGE) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-        v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
-        dp = tl.sum(do[:, None, :] * v, axis=2)
-        ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-        dq += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * k, 0.0), axis=1)
-    dq = dq * scale
-    dq = tl.where(dq != dq, float("nan"), dq)
-    tl.store(dq_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-             dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
-    stats = t64 * num_heads + head
-    tl.store(m_ptr + stats, m_i, mask=row_ok)
-    tl.store(l_ptr + stats, l_i, mask=row_ok)
-    tl.store(delta_ptr + stats, delta, mask=row_ok)
 
 
 @triton.jit
@@ -346,18 +284,20 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
     m = torch.empty((T, Hq), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)
     delta = torch.empty_like(m)
-    _attention_bwd_dq_kernel[(T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))](
-        q, k_cache, v_cache, do, dq, m, l, delta,
+    # dq by the forward's own program, walking its tiles a second time.
+    _attention_kernel[(T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))](
+        q, k_cache, v_cache, dq,
         cu_seqlens_q, seq_lens, block_table,
         scale, num_seqs, Hq, group,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        do.stride(0), do.stride(1),
+        dq.stride(0), dq.stride(1),
         block_table.stride(0),
+        do, m, l, delta,
         PAGE=page, HEAD_DIM=D, TILE=TILE,
         BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_BLOCK=triton.next_power_of_2(num_seqs),
-        num_warps=NUM_WARPS,
+        BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
     _attention_bwd_dkdv_kernel[(num_seqs, triton.cdiv(positions, TILE), Hkv)](
