@@ -161,6 +161,13 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
         facts["dk"] = torch.equal(bits(rk), bits(unpage(dk)))
         facts["dv"] = torch.equal(bits(rv), bits(unpage(dv)))
         facts["close_to_stock"] = [float((x - y).abs().max()) for x, y in ((routed, stock), (rq, gq), (rk, gk), (rv, gv))]
+        from torch.library import opcheck
+        op = getattr(torch.ops, "{name}").attention.default
+        bop = getattr(torch.ops, "{name}").attention_backward.default
+        args = (qp.requires_grad_(), paged(k).requires_grad_(), paged(v).requires_grad_(), cu, lens, table, d ** -0.5)
+        facts["opcheck"] = {{**opcheck(op, args), **{{"bwd_" + k: v for k, v in opcheck(
+            bop, (*[a.detach() for a in args[:6]], do.transpose(1, 2).reshape(b * s, hq, d).contiguous(),
+                  d ** -0.5)).items()}}}}
         facts["stock_differs"] = not torch.equal(bits(stock), bits(routed))
         facts["after_is_stock"] = torch.equal(bits(after), bits(stock))
         errors = []
@@ -183,6 +190,7 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
     assert facts["forward"] and facts["dq"] and facts["dk"] and facts["dv"], facts
     assert max(facts["close_to_stock"]) < 1e-4, facts
     assert facts["stock_differs"] and facts["after_is_stock"], facts
+    assert facts["opcheck"] and set(facts["opcheck"].values()) == {"SUCCESS"}, facts["opcheck"]
     causal, lengths, dtype = facts["errors"]
     assert causal and "causal" in causal
     assert lengths and "share batch, length" in lengths
