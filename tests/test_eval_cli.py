@@ -14,8 +14,9 @@ def test_rmsnorm_seed_against_itself_json(capsys, device):
     spec = resolve("rmsnorm")
     code = cli.run(["eval", str(spec.source), "--seed", "rmsnorm", "--json", "--device", device, "--rounds", "2"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 0, out["reason"]
-    assert out["passed"] is True and out["reason"] is None and out["outcome"] == "passed"
+    # The seed against itself: accepted (exit 0), or "slower" (exit 1) only when timing noise says so.
+    assert (code, out["outcome"]) in ((0, "passed"), (1, "slower")), out["reason"]
+    assert out["passed"] is (code == 0) and (out["reason"] is None) is (code == 0)
     assert out["cases_passed"] == out["cases_total"] >= 50
     assert {"case", "passed", "failed", "checks"} <= set(out["cases"][0])
     assert out["timing"] and {"name", "shape", "seed", "candidate", "speedup", "noise"} <= set(out["timing"][0])

@@ -159,15 +159,19 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
                 candidate.is_file() and any(t.stage == "evaluating" for t in optimizer.snapshot().in_flight)):
             time.sleep(0.05)
         time.sleep(0.5)
+        interrupted_at.append(time.monotonic())
         optimizer.interrupt()
 
+    interrupted_at: list[float] = []
     threading.Thread(target=interrupt_when_evaluating).start()
-    start = time.monotonic()
     try:
         summary = optimizer.run()
     finally:
         session.close()
-    assert summary.stop_reason == "interrupted" and time.monotonic() - start < 20
+    # Measured from the interrupt, not from the start: on a busy machine reaching the
+    # evaluation takes longer, stopping must not.
+    assert summary.stop_reason == "interrupted" and interrupted_at
+    assert time.monotonic() - interrupted_at[0] < 15
     assert kill_sandboxes() == 0  # nothing left running
     assert summary.iterations == 0 and RunSummary.load(run).stop_reason == "interrupted"
     session = rundir.reopen(run, config)
