@@ -195,3 +195,17 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
     assert causal and "causal" in causal
     assert lengths and "share batch, length" in lengths
     assert dtype and "float64 is not certified" in dtype
+
+
+def test_a_backward_that_counts_its_timed_calls_is_caught_by_the_training_cell_digests(judged):
+    """Corpus: attention_bwd_counter.py skips dk/dv on two calls at the training shape."""
+    from pathlib import Path
+
+    from tik_agent.judge.evaluate import evaluate_sandboxed
+
+    _, spec, options, reference = judged
+    corpus = Path(__file__).parent / "adversarial" / "runtime" / "attention_bwd_counter.py"
+    verdict = evaluate_sandboxed(spec, corpus, options, reference)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
+    assert verdict.reason.startswith("timing:step-small: [timed-call]"), verdict.reason
+    assert all(c["passed"] for c in verdict.cases)  # parity alone would have let it through
