@@ -170,10 +170,36 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
                   d ** -0.5)).items()}}}}
         facts["stock_differs"] = not torch.equal(bits(stock), bits(routed))
         facts["after_is_stock"] = torch.equal(bits(after), bits(stock))
+        # Prefill = decode through SDPA: a decode step (one query, no mask) and a chunk of
+        # five (the end-aligned mask, boolean or additive) give the last tokens the
+        # bits of the full causal prefill; the chunk's gradient is the certified one.
+        n = 5
+        chunk_mask = torch.ones(n, s, dtype=torch.bool).tril(s - n)
+        additive = torch.zeros(n, s).masked_fill(~chunk_mask, float("-inf"))
+        def prefill_decode():
+            full = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            step = F.scaled_dot_product_attention(q[:, :, -1:], k, v, enable_gqa=True)
+            chunk = F.scaled_dot_product_attention(q[:, :, -n:], k, v, attn_mask=chunk_mask, enable_gqa=True)
+            added = F.scaled_dot_product_attention(q[:, :, -n:], k, v, attn_mask=additive, enable_gqa=True)
+            return full, step, chunk, added
+        with pkg.enabled():
+            full, step, chunk, added = prefill_decode()
+            grads = torch.autograd.grad(chunk, (q, k, v), do[:, :, -n:])
+        stock_grads = torch.autograd.grad(F.scaled_dot_product_attention(
+            q[:, :, -n:], k, v, attn_mask=chunk_mask, enable_gqa=True), (q, k, v), do[:, :, -n:])
+        facts["decode_is_prefill"] = torch.equal(bits(step), bits(full[:, :, -1:]))
+        facts["chunk_is_prefill"] = [torch.equal(bits(t), bits(full[:, :, -n:])) for t in (chunk, added)]
+        facts["chunk_grads_close"] = max(float((x - y).abs().max()) for x, y in zip(grads, stock_grads))
+        facts["stock_decode_is_prefill"] = [torch.equal(bits(a), bits(b)) for a, b in zip(
+            prefill_decode()[1:3], (full[:, :, -1:], full[:, :, -n:]))]
         errors = []
         with pkg.enabled():
             for bad_call in (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-                             lambda: F.scaled_dot_product_attention(q, k[:, :, :9], v[:, :, :9], is_causal=True,
+                             lambda: F.scaled_dot_product_attention(q[:, :, -n:], k, v, is_causal=True,
+                                                                    enable_gqa=True),
+                             lambda: F.scaled_dot_product_attention(q[:, :, -n:], k, v, attn_mask=chunk_mask.tril(
+                                 s - n - 1), enable_gqa=True),
+                             lambda: F.scaled_dot_product_attention(q, k[:, :, :9], v[:, :, :9], attn_mask=None,
                                                                     enable_gqa=True),
                              lambda: F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True,
                                                                     enable_gqa=True)):
@@ -191,9 +217,14 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
     assert max(facts["close_to_stock"]) < 1e-4, facts
     assert facts["stock_differs"] and facts["after_is_stock"], facts
     assert facts["opcheck"] and set(facts["opcheck"].values()) == {"SUCCESS"}, facts["opcheck"]
-    causal, lengths, dtype = facts["errors"]
-    assert causal and "causal" in causal
-    assert lengths and "share batch, length" in lengths
+    assert facts["decode_is_prefill"] and facts["chunk_is_prefill"] == [True, True], facts
+    assert facts["chunk_grads_close"] < 1e-4, facts
+    print("stock SDPA: decode step and chunk equal to the prefill's rows:", facts["stock_decode_is_prefill"])
+    causal, top_left, other_mask, more_queries, dtype = facts["errors"]
+    assert causal and "is_causal=False with 20 queries" in causal
+    assert top_left and "top left" in top_left
+    assert other_mask and "is another mask" in other_mask
+    assert more_queries and "no more queries than keys" in more_queries
     assert dtype and "float64 is not certified" in dtype
 
 
