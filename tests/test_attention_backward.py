@@ -209,6 +209,15 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
                 except pkg.NotCertifiedError as exc:
                     errors.append(str(exc))
         facts["errors"] = errors
+        # Prefix sharing: two sequences on one cache block; the forward reads it, the backward refuses.
+        shared = table.clone()
+        shared[1, 0] = shared[0, 0]
+        try:
+            bop(*[a.detach() for a in args[:5]], shared,
+                do.transpose(1, 2).reshape(b * s, hq, d).contiguous(), d ** -0.5)
+            facts["shared"] = None
+        except pkg.NotCertifiedError as exc:
+            facts["shared"] = str(exc)
         print(json.dumps(facts))
     """)
     assert facts["verify"] and facts["verified"] > 0, facts["failures"]
@@ -225,6 +234,7 @@ def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package
     assert top_left and "top left" in top_left
     assert other_mask and "is another mask" in other_mask
     assert more_queries and "no more queries than keys" in more_queries
+    assert facts["shared"] and "share a cache block" in facts["shared"], facts["shared"]
     assert dtype and "float64 is not certified" in dtype
 
 

@@ -27,4 +27,17 @@ def backward_context(spec: KernelSpec) -> dict:
         "backward_grads": list(b.grads),
         "backward_wrt": list(b.wrt),
         "kwarg_names": list(spec.kwargs),
+        "owned_blocks": _owned_blocks(spec),
     }
+
+
+def _owned_blocks(spec: KernelSpec) -> dict | None:
+    """For the ``sequences`` layout, the inputs the backward's guard reads: the
+    cache gradient is certified for sequences that own their blocks, so a call
+    in which two sequences share one (prefix caching) is refused."""
+    if spec.layout != "sequences":
+        return None
+    by_role = {}
+    for i in spec.inputs:
+        by_role.setdefault(i.role, i.name)
+    return {"seq_lens": by_role["seq_lens"], "block_table": by_role["block_table"], "cache": by_role["cache"]}
