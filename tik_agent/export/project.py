@@ -92,8 +92,11 @@ def _signature(source: ExportSource) -> dict[str, str]:
     typed += [f"{k}: {_PY_TYPES[type(v)]} = {v!r}" for k, v in spec.kwargs.items()]
     plain = tensors + [f"{k}={v!r}" for k, v in spec.kwargs.items()]
     call = tensors + [f"{k}={k}" for k in spec.kwargs]
+    outputs = [o.name for o in spec.outputs]
+    returns = "torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]"
     return {"typed_params": ", ".join(typed), "signature": ", ".join(plain), "call_args": ", ".join(call),
-            "tensor_args": ", ".join(tensors)}
+            "tensor_args": ", ".join(tensors), "returns": returns,
+            "results": "out" if len(outputs) == 1 else ", ".join(outputs)}
 
 
 def _cells(timing: list[dict]) -> list[dict]:

@@ -74,11 +74,6 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
         evaluation=evaluation, trailers=dict(kernel.trailers), ancestry=_ancestry(chosen, root, accepted),
     )
     _check_hashes(source)
-    spec = source.spec
-    if len(spec.outputs) > 1:
-        # The wheel's op and verify() return and compare one output.
-        raise UsageError(f"{run_dir}: seed {spec.name} ({len(spec.outputs)} outputs) cannot be exported yet: "
-                         "the wheel supports kernels with one output")
     return source
 
 
