@@ -31,11 +31,13 @@ def test_other_seeds_against_themselves(name, device, tmp_path):
     """The whole evaluation (timing and every timed-call check) of each seed against itself, on
     a cut-down grid: the full grids pass check-seed in test_check_seed (and matmul's full grid
     evaluated twice, once per worker, took minutes here)."""
-    from seedutil import copy_seed, shrink_grid
+    from seedutil import copy_seed, shrink_grid, shrink_matmul_workload
     from tik_agent.spec.schema import load_spec
 
     seed = copy_seed(name, tmp_path)
     shrink_grid(seed, batch_sizes="[1, 3, 6]")
+    if name == "matmul":
+        shrink_matmul_workload(seed)
     spec = load_spec(seed)
     verdict = evaluate(spec, spec.source, EvalOptions(device=device, rounds=3, warmup=1))
     # Against itself: the same bits, and "slower" only when the machine is busy.
