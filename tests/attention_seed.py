@@ -10,6 +10,8 @@ from seedutil import copy_seed, edit
 # One float32 combination (contexts of up to 36, long enough for a
 # context-dependent split to happen); a cheap CPU timing cell.
 SMALL_EDITS = {
+    "Hq = [4]": "Hq = [2]",
+    "Hkv = [2]": "Hkv = [1]",
     "D = [64, 128]": "D = [64]",
     'dtypes = ["float32", "bfloat16", "float16"]': 'dtypes = ["float32"]',
     'regimes = ["normal", "zero", "large", "special"]': 'regimes = ["normal"]',
@@ -18,8 +20,8 @@ SMALL_EDITS = {
 SMALL_CPU_CELLS = """[[workload]]
 name = "mixed-small"
 M = 3
-Hq = 4
-Hkv = 2
+Hq = 2
+Hkv = 1
 D = 64
 L = 24
 Q = 5
@@ -108,8 +110,8 @@ def without_tunables(text: str) -> str:
 SMALL_BACKWARD = """[[workload]]
 name = "step-small"
 M = 1
-Hq = 4
-Hkv = 2
+Hq = 2
+Hkv = 1
 D = 64
 L = 16
 Q = 16
