@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -104,16 +105,22 @@ def from_worker(value):
     return scrub_worker_data(value)
 
 
+# Workers of one evaluation run in threads and may save at the same moment: one at a time.
+_REPLACING = threading.Lock()
+
+
 def _replace_tree(source: Path, dest: Path) -> None:
     """Copy ``source`` to ``dest`` so that readers see the old tree or the new one, never half."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
-    if dest.exists():
-        dest.rename(old)
-    tmp.rename(dest)
-    shutil.rmtree(old, ignore_errors=True)
+    with _REPLACING:
+        tag = f"{os.getpid()}.{threading.get_ident()}"
+        tmp = dest.with_name(f".{dest.name}.{tag}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        old = dest.with_name(f".{dest.name}.{tag}.old")
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
