@@ -11,7 +11,7 @@ STAMP := $(VENV)/.tik-agent-installed
 TORCH_INDEX_URL ?=
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test install clean-venv
+.PHONY: demo test test-fast install clean-venv
 
 install: $(STAMP)
 
@@ -39,8 +39,20 @@ demo: $(STAMP)
 	$(BIN)/tik-agent export "$$run" --out dist/; \
 	$(BIN)/tik-agent onpolicy --sequences 2 --wheel "$$(ls -t dist/tik_kernel_rmsnorm-*.whl | head -1)"
 
+# Both cores: pytest-xdist with two workers, each test file kept on one worker so that its
+# module fixtures hold (what several files need is built once per session: tests/shared.py).
+# The Ray tests start a cluster of their own and run alone, first; the main run's summary
+# is the last line. --durations shows where the time goes.
+PYTEST_XDIST = -n 2 --dist loadfile
+DURATIONS = --durations=25
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(DURATIONS) -m ray tests/test_ray_executor.py
+	$(BIN)/python -m pytest -q $(DURATIONS) $(PYTEST_XDIST) -m "not ray"
+
+# The development tier: everything that neither evaluates, optimizes nor exports (under 2 min).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q $(DURATIONS) $(PYTEST_XDIST) -m "not slow and not ray"
 
 clean-venv:
 	rm -rf $(VENV)

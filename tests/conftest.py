@@ -1,7 +1,10 @@
-"""Test set-up: the CPU interpreter before triton is imported, seeded RNGs."""
+"""Test set-up: the CPU interpreter before triton is imported, seeded RNGs, one shared
+directory per session (:mod:`shared`) and the fixtures built once in it."""
 
 import os
 import random
+import shutil
+import tempfile
 
 import pytest
 
@@ -31,6 +34,41 @@ def _seed_rngs():
 @pytest.fixture
 def device():
     return DEVICE
+
+
+@pytest.fixture(scope="session")
+def template():
+    """The tiny seed's run, seed committed, no attempts (built once: optimize_helpers.template_run).
+    Never written to: tests take ``run``, a private copy."""
+    from optimize_helpers import template_run
+
+    return template_run()
+
+
+@pytest.fixture
+def run(template, tmp_path):
+    """A private copy of the template run."""
+    from optimize_helpers import copy_run
+
+    return copy_run(template, tmp_path / "run")
+
+
+def pytest_configure(config):
+    """The controlling process (or a plain run) makes the session's shared directory; xdist
+    workers inherit its name through the environment.  The tik-agent cache (the seed audits
+    that runs reuse) lives there too: tests never read or write the user's own cache."""
+    if hasattr(config, "workerinput"):
+        return
+    root = tempfile.mkdtemp(prefix="tik-tests-")
+    config._tik_shared_root = root
+    os.environ["TIK_TESTS_SHARED"] = root
+    os.environ["TIK_AGENT_CACHE"] = os.path.join(root, "tik-agent-cache")
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_tik_shared_root", None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,6 +7,7 @@ evaluation takes about two seconds under the interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
+from shared import built_once, content_key
 
 from tik_agent.backends import device as devices
 from tik_agent.run import rundir
@@ -120,16 +121,11 @@ def popen_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    """A run with its seed committed and its reference cached, no attempts yet (one per test module)."""
-    base = tmp_path_factory.mktemp("template")
-    seed = tiny_seed(base)
-    rundir.create(base / "run", tiny_config(seed, "run")).close()
-    return base / "run"
+def template_run(name: str = "template", **config) -> Path:
+    """A run of the tiny seed with its seed committed and its reference cached, no attempts
+    yet: made once per test session (both xdist workers), copied by whoever needs one."""
+    def build(base: Path) -> None:
+        seed = tiny_seed(base)
+        rundir.create(base / "run", dataclasses.replace(tiny_config(seed, "run"), **config)).close()
 
-
-@pytest.fixture
-def run(template, tmp_path):
-    """A private copy of the template run."""
-    return copy_run(template, tmp_path / "run")
+    return built_once(f"{name}-{content_key(BUNDLED_DIR / 'rmsnorm', TINY_WORKLOAD, config)}", build) / "run"

@@ -3,6 +3,11 @@ for tests of the package's own modules (the op, its autograd, the drop-in, verif
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from tik_agent.export.builder import _distribution_record
@@ -29,3 +34,14 @@ def render_package(dest: Path, seed_dir: Path, evaluation: dict | None = None) -
     dist = distribution(spec.name, source.commit)
     render_project(dest, source, dist, build_certificate(source, _distribution_record(dist, spec.entry)))
     return dest, dist.import_name
+
+
+def run_fresh(path: Path, body: str) -> dict:
+    """Run ``body`` in a fresh interpreter with ``path`` on PYTHONPATH (no interpreter mode
+    forced: the package decides); ``body`` prints one JSON line last."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET",)}
+    env["PYTHONPATH"] = str(path)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

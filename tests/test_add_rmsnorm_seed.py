@@ -9,6 +9,8 @@ from tik_agent.spec.cases import Case, make_inputs, parity_cases
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 SPEC = load_spec(BUNDLED_DIR / "add_rmsnorm")
 
 

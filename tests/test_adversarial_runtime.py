@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 from seedutil import edit, small_rmsnorm
+from shared import cached_reference
 from tik_agent.judge import phases
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate_sandboxed
+from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
 from tik_agent.judge.records import Outcome
 from tik_agent.spec.cases import evaluation_cases
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
 EXTRA_CELL = """[[workload]]
@@ -47,7 +50,7 @@ def options():
 
 @pytest.fixture(scope="module")
 def reference(spec, options):
-    return compute_reference(spec, options)
+    return cached_reference(spec, options)
 
 
 def _origin(spec, device, case_id: str) -> str:

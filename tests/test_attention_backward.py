@@ -5,12 +5,15 @@ sequence has the same chunk, zeros where no sequence owns a slot."""
 import pytest
 
 from attention_seed import BACKWARD_CONTROLS, apply_backward_control, small_attention_backward
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from shared import cached_reference
+from tik_agent.judge.evaluate import EvalOptions, evaluate
 from tik_agent.judge.parity import Check
 from tik_agent.judge.records import Outcome
 from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.cases import parity_cases
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 EXPECTED = {
     "dkdv-block-follows-batch": "cache slots of sequence",
@@ -68,7 +71,7 @@ def judged(tmp_path_factory):
     seed = small_attention_backward(tmp_path_factory.mktemp("attention_bwd"))
     spec = load_spec(seed)
     options = EvalOptions(device="cpu", timeout_s=600, rounds=2, warmup=1)
-    return seed, spec, options, compute_reference(spec, options)
+    return seed, spec, options, cached_reference(spec, options)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,7 @@ def attention_package(judged, seed_verdict, tmp_path_factory):
 
 
 def test_the_wheel_verifies_a_sequences_kernel_and_routes_sdpa(attention_package):
-    from test_export_autograd import run_fresh
+    from packageutil import run_fresh
 
     root, name = attention_package
     facts = run_fresh(root, f"""

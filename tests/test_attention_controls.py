@@ -5,12 +5,15 @@ import pytest
 
 from attention_seed import CONTROLS, apply_control, small_attention
 from seedutil import copy_seed
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from shared import cached_reference
+from tik_agent.judge.evaluate import EvalOptions, evaluate
 from tik_agent.judge.parity import Check
 from tik_agent.judge.records import Outcome
 from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.cases import parity_cases
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 # What the first failure says, per control (the invariance case is where
 # prefill and decode meet; the reference catches reads of foreign data first).
@@ -50,7 +53,7 @@ def small(tmp_path_factory):
     seed = small_attention(tmp_path_factory.mktemp("attention"))
     spec = load_spec(seed)
     options = EvalOptions(device="cpu", timeout_s=600, timing=False)
-    return seed, spec, options, compute_reference(spec, options)
+    return seed, spec, options, cached_reference(spec, options)
 
 
 @pytest.mark.parametrize("name", ["split-kv-decode", "padding-dependent"])

@@ -12,6 +12,8 @@ from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
 from tik_agent.spec.sequences import Chunk, Launch, build_launch, full_launch, lengths
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 SPEC = load_spec(BUNDLED_DIR / "attention")
 SCALE = 0.125
 

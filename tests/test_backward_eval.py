@@ -4,10 +4,13 @@ import pytest
 
 from conftest import DEVICE
 from seedutil import edit, small_rmsnorm
+from shared import cached_reference
 from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate, evaluate_sandboxed
 from tik_agent.judge.records import Outcome
 from tik_agent.sandbox.static import check_source
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 BACKWARD = """
 [backward]
@@ -42,7 +45,7 @@ def options():
 
 @pytest.fixture(scope="module")
 def reference(seed, options):
-    return compute_reference(load_spec(seed), options)
+    return cached_reference(load_spec(seed), options)
 
 
 def _candidate(seed, tmp_path, old, new):

@@ -15,6 +15,8 @@ from tik_agent.spec.schema import load_spec
 
 from seedutil import copy_seed, edit
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 SMALL = {"rmsnorm": {"N": 300}, "add_rmsnorm": {"N": 300}, "logprobs": {"V": 700}, "matmul": {"K": 40, "N": 24}}
 
 

@@ -11,6 +11,8 @@ from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 
 # One size of each dimension, not a multiple of 16 (so the masked tails run): the
 # bundled kernel on a grid the suite can afford.  The full grids of every bundled

@@ -27,7 +27,8 @@ def made(tmp_path_factory):
     seed = tiny_seed(base)
     (seed / "kernel.py").write_text((seed / "kernel.py").read_text() + LONG_LINE + "\n")
     run = base / ("a-run-directory-with-a-long-name-" * 3 + "r")
-    done = cli_subprocess("optimize", str(seed), "--agent", "offline", "--iterations", "2", "--run-dir", str(run),
+    done = cli_subprocess("optimize", str(seed), "--agent", "offline", "--iterations", "2", "--rounds", "3",
+                          "--run-dir", str(run),
                           env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr
     return run, done.stdout
@@ -96,6 +97,7 @@ def test_bracketed_text_survives_in_tables_and_errors(out, tmp_path):
 # ----------------------------------------------------------------- 80 columns and pipes
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_a_piped_optimize_at_80_columns_keeps_every_line_whole(made):
     run, printed = made
     lines = printed.splitlines()
@@ -105,6 +107,7 @@ def test_a_piped_optimize_at_80_columns_keeps_every_line_whole(made):
     assert "\x1b[" not in printed  # plain: no colour codes in a file
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_piped_views_are_complete_at_80_columns(made):
     run, _ = made
     env = {"COLUMNS": "80"}
@@ -118,6 +121,7 @@ def test_piped_views_are_complete_at_80_columns(made):
         assert "…" not in done.stdout and "\x1b[" not in done.stdout
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_show_of_an_attempt_in_a_pipe_is_the_verbatim_candidate(made, out):
     run, _ = made
     text, _ = out("show", str(run), "a0001")
@@ -128,6 +132,7 @@ def test_show_of_an_attempt_in_a_pipe_is_the_verbatim_candidate(made, out):
 # ----------------------------------------------------------------- runs shows what is running
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_runs_shows_a_run_in_progress_as_running_and_a_dead_one_not(made, out, tmp_path):
     run, _ = made
     copy = tmp_path / "runs" / "copy"
@@ -145,6 +150,7 @@ def test_runs_shows_a_run_in_progress_as_running_and_a_dead_one_not(made, out, t
 # ----------------------------------------------------------------- bad paths, a full disk, corrupt files
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 @pytest.mark.parametrize("command", ["export", "report"])
 def test_bad_out_paths_are_one_line_exit_2(made, out, tmp_path, command):
     run, _ = made
@@ -156,6 +162,7 @@ def test_bad_out_paths_are_one_line_exit_2(made, out, tmp_path, command):
         assert err.startswith(f"error: --out {target}: {words}") and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_an_unwritable_out_dir_is_refused(made, out, tmp_path, monkeypatch):
     run, _ = made
     target, access = tmp_path / "r", os.access
@@ -165,6 +172,7 @@ def test_an_unwritable_out_dir_is_refused(made, out, tmp_path, monkeypatch):
     assert "not writable" in err
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_a_full_disk_is_one_line_exit_2(made, out, tmp_path, monkeypatch):
     run, _ = made
 
@@ -176,6 +184,7 @@ def test_a_full_disk_is_one_line_exit_2(made, out, tmp_path, monkeypatch):
     assert err.strip() == f"error: {tmp_path / 'r' / 'report.png'}: No space left on device"
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 @pytest.mark.parametrize("name, damage", [
     ("journal.jsonl", "garbage\n"),
     ("journal.jsonl", '{"event": "finished", "record": {"schema": 1}}\n'),
@@ -213,6 +222,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
 # ----------------------------------------------------------------- refused starts
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_a_refused_start_leaves_nothing_and_names_the_users_seed(tmp_path, out):
     seed = tiny_seed(tmp_path)
     kernel = seed / "kernel.py"
@@ -235,6 +245,7 @@ def test_a_seed_importing_numpy_is_refused_by_check_seed_and_optimize(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # the module's optimize run, or a refused one
 def test_export_of_a_rejected_attempt_names_its_outcome(made, out, tmp_path):
     from tik_agent.run.journal import AttemptOutcome, AttemptRecord, Journal
 

@@ -9,6 +9,8 @@ from tik_agent.judge.evaluate import EvalOptions, evaluate
 from tik_agent.judge.records import Outcome
 from tik_agent.spec.seeds import resolve
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 
 def test_rmsnorm_seed_against_itself_json(capsys, device):
     spec = resolve("rmsnorm")

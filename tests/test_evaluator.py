@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from seedutil import SMALL_RMSNORM_EDITS, copy_seed, edit, small_rmsnorm
+from shared import cached_reference
 from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
 from tik_agent.judge.records import Outcome
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 @pytest.fixture(scope="module")
 def small_seed(tmp_path_factory):
@@ -29,7 +32,7 @@ def options():
 
 @pytest.fixture(scope="module")
 def reference(small_seed, options):
-    return compute_reference(small_seed, options)
+    return cached_reference(small_seed, options)
 
 
 def _variant(spec, tmp_path: Path, edits: list[tuple[str, str]], name: str = "candidate.py") -> Path:

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from optimize_helpers import FASTER, NEUTRAL, ScriptedAgent, run, template  # noqa: F401 (fixtures)
+from optimize_helpers import FASTER, NEUTRAL, ScriptedAgent
 
 from tik_agent.errors import UsageError
 from tik_agent.errors import SpecError
@@ -21,6 +21,8 @@ from tik_agent.sandbox.process import SandboxResult
 from tik_agent.search.executor import LocalExecutor, assign_gpus, visible_devices
 from tik_agent.search.optimize import Optimizer
 from tik_agent.spec.seeds import resolve
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 def never(*_):

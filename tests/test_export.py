@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -19,80 +18,19 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from seedutil import copy_seed, edit, shrink_grid
+from exportutil import git_file, git_rev, make_run, shared_run, shared_wheel
 from tik_agent.cli import run as cli
 from tik_agent.errors import UsageError
 from tik_agent.export import export_wheel, wheel_certificate
 from tik_agent.export.project import check_imports, distribution
-from tik_agent.run.lineage import LineageWriter, format_trailers
+from tik_agent.run.lineage import LineageWriter
 
-SEED_FILES = ("kernel.py", "spec.toml", "reference.py")
-
-
-def make_run(base: Path, variants: tuple[str, ...] = ("4",), device: str = "cpu") -> Path:
-    """A run directory of the tiny rmsnorm seed with one accepted commit per ROWS_PER_PROGRAM value.
-
-    ``main`` is left on the first variant (the best); an empty tuple gives a
-    run that accepted nothing.
-    """
-    from tik_agent.backends import device as devices
-    from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
-    from tik_agent.spec.schema import load_spec
-
-    base.mkdir(parents=True, exist_ok=True)
-    seed = copy_seed("rmsnorm", base / "seeds")
-    shrink_grid(seed, batch_sizes="[1, 2, 5, 9]", dims={"N": "[100, 257]"})
-    spec = load_spec(seed)
-    run = base / "runs" / "rmsnorm-20260101-000000"
-    writer = LineageWriter.init(run)
-    for name in SEED_FILES:
-        shutil.copy2(seed / name, run / name)
-    env = devices.environment(device)
-    (run / "evaluation.json").write_text(json.dumps({"schema": 1, "kind": "seed", "environment": env, "cases": [],
-                                                     "timing": [], "speedup": 1.0}))
-    root = writer.commit_root([*SEED_FILES, "evaluation.json"], "seed: rmsnorm\n\nKind: seed")
-    (run / "run.json").write_text(json.dumps({"schema": 1, "seed": "rmsnorm", "device": device}))
-    (run / "summary.json").write_text(json.dumps({"run_id": run.name, "seed": "rmsnorm"}))
-    options = EvalOptions(device=device, rounds=3)
-    reference = compute_reference(spec, options) if variants else None
-    parent, parent_file, best = root, seed / "kernel.py", None
-    for i, rows in enumerate(variants, start=1):
-        attempt = f"a{i:04d}"
-        folder = run / "attempts" / attempt
-        folder.mkdir(parents=True)
-        candidate = folder / "candidate.py"
-        shutil.copy2(seed / "kernel.py", candidate)
-        edit(candidate, "ROWS_PER_PROGRAM = 1", f"ROWS_PER_PROGRAM = {rows}")
-        verdict = evaluate(spec, candidate, options, reference, parent=parent_file)
-        assert verdict.passed, verdict.reason
-        record = dict(verdict.to_dict(), kind="variant", attempt_id=attempt, parent_commit=parent)
-        (folder / "evaluation.json").write_text(json.dumps(record, indent=2))
-        trailers = {"Attempt-Id": attempt, "Parent-Commit": parent, "Speedup-Vs-Seed": f"{verdict.speedup:.4f}",
-                    "Speedup-Vs-Parent": f"{verdict.speedup_vs_parent:.4f}",
-                    "Parity-Cases": f"{verdict.cases_passed}/{len(verdict.cases)}", "Device": device,
-                    "Agent": "offline", "Model": "none", "Tokens-Input": "0", "Tokens-Output": "0"}
-        sha = writer.commit_variant(attempt, parent, candidate, folder / "evaluation.json",
-                                    f"{attempt}: ROWS_PER_PROGRAM = {rows}\n\n{format_trailers(trailers)}")
-        best = best or sha
-        parent, parent_file = sha, candidate
-    if best:
-        writer.set_best(best)
-    return run
-
-
-def shared_run(tmp_path_factory) -> Path:
-    """One run with two accepted commits (a0001 the best) per test session, for every export test module."""
-    base = tmp_path_factory.getbasetemp() / "export-run"
-    ready = base / "ready"
-    if not ready.is_file():
-        run = make_run(base, variants=("4", "2"))
-        ready.write_text(str(run))
-    return Path(ready.read_text())
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 @pytest.fixture(scope="session")
-def run_dir(tmp_path_factory) -> Path:
-    return shared_run(tmp_path_factory)
+def run_dir() -> Path:
+    return shared_run()
 
 
 @pytest.fixture(scope="session")
@@ -101,17 +39,8 @@ def empty_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def wheel(run_dir, tmp_path_factory) -> Path:
-    return export_wheel(run_dir, tmp_path_factory.mktemp("dist"))
-
-
-def git_file(run: Path, ref: str, path: str) -> bytes:
-    return subprocess.run(["git", "cat-file", "blob", f"{ref}:{path}"], cwd=run, capture_output=True, check=True).stdout
-
-
-def git_rev(run: Path, ref: str) -> str:
-    return subprocess.run(["git", "rev-parse", f"{ref}^{{commit}}"], cwd=run, capture_output=True, text=True,
-                          check=True).stdout.strip()
+def wheel() -> Path:
+    return shared_wheel()
 
 
 def sha256(data: bytes) -> str:

@@ -3,37 +3,17 @@ opcheck, a float64 gradient check and torch.compile."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-import zipfile
-
 import pytest
 
-from test_export import shared_run
-from tik_agent.export import export_wheel
+from exportutil import PACKAGE, shared_unpacked
+from packageutil import run_fresh
 
-PACKAGE = "tik_kernel_rmsnorm"
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 @pytest.fixture(scope="module")
-def unpacked(tmp_path_factory):
-    wheel = export_wheel(shared_run(tmp_path_factory), tmp_path_factory.mktemp("dist"))
-    target = tmp_path_factory.mktemp("unpacked")
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(target)
-    return target
-
-
-def run_fresh(path, body: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET",)}
-    env["PYTHONPATH"] = str(path)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def unpacked():
+    return shared_unpacked()
 
 
 @pytest.fixture(scope="module")

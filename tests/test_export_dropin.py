@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from packageutil import render_package
-from test_export_autograd import PACKAGE, run_fresh, unpacked  # noqa: F401  (fixture)
+from exportutil import PACKAGE, shared_unpacked
+from packageutil import render_package, run_fresh
 from tik_agent.spec.seeds import BUNDLED_DIR
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 @pytest.fixture(scope="module")
-def rms_facts(unpacked):  # noqa: F811
-    return run_fresh(unpacked, f"""
+def rms_facts():
+    return run_fresh(shared_unpacked(), f"""
         import json
         import torch
         import {PACKAGE} as pkg

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from packageutil import render_package
+from packageutil import render_package, run_fresh
 from seedutil import copy_seed, shrink_grid
-from test_export_autograd import run_fresh
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from test_export import git_file, shared_run
-from tik_agent.export import export_wheel
+from exportutil import PACKAGE, git_file, shared_run, shared_wheel
 
-PACKAGE = "tik_kernel_rmsnorm"
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 # Run first in every fresh process: proves the isolation the test relies on.
 PRELUDE = """
 import json, os, sys
@@ -75,13 +75,13 @@ def run_fresh(python: Path, body: str, cwd: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return shared_run(tmp_path_factory)
+def run_dir() -> Path:
+    return shared_run()
 
 
 @pytest.fixture(scope="module")
-def wheel(run_dir, tmp_path_factory) -> Path:
-    return export_wheel(run_dir, tmp_path_factory.mktemp("dist"))
+def wheel() -> Path:
+    return shared_wheel()
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,17 @@ import pytest
 import torch
 
 from seedutil import small_rmsnorm
+from shared import cached_reference
 from tik_agent.backends.graph_sets import InputSlots, same_bits
 from tik_agent.backends.graph_timer import graph_calls
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate_sandboxed
+from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.plan import draw_plan
 from tik_agent.judge.records import Outcome
 from tik_agent.sandbox.graphs import REHEARSAL_NAME
 from tik_agent.spec.schema import load_spec
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
 KERNEL = Path("/sandbox/candidate.py")
@@ -137,7 +140,7 @@ def spec():
 
 @pytest.fixture(scope="module")
 def reference(spec):
-    return compute_reference(spec, EvalOptions(device="cpu", rounds=3))
+    return cached_reference(spec, EvalOptions(device="cpu", rounds=3))
 
 
 GRAPHS = EvalOptions(device="cpu", rounds=3, graphs=True)

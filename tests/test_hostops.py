@@ -55,6 +55,7 @@ def _expected_op(path: Path) -> str:
     return match.group(1).strip()
 
 
+@pytest.mark.slow  # whole seeds, or evaluations, under the interpreter
 @pytest.mark.parametrize("name", sorted(SEED_INPUTS))
 def test_seeds_pass_under_the_mode_with_their_bits(name):
     spec = resolve(name)
@@ -226,11 +227,12 @@ def eval_options():
 
 @pytest.fixture(scope="module")
 def reference(small_seed, eval_options):
-    from tik_agent.judge.evaluate import compute_reference
+    from shared import cached_reference
 
-    return compute_reference(small_seed, eval_options)
+    return cached_reference(small_seed, eval_options)
 
 
+@pytest.mark.slow  # whole seeds, or evaluations, under the interpreter
 @pytest.mark.parametrize("name", ["mul_identity", "swallowed", "tolist_read"])
 def test_sandboxed_evaluation_rejects_host_compute(name, small_seed, eval_options, reference, monkeypatch):
     """With the static rules bypassed, the worker's mode turns host compute into an integrity failure."""

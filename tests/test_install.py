@@ -19,6 +19,8 @@ from seedutil import small_rmsnorm
 from tik_agent.agents.factory import make_agent
 from tik_agent.errors import UsageError
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 REPO = Path(__file__).resolve().parents[1]
 BLOCKED = ("openai", "anthropic", "git", "gitdb", "ray")  # ray: only --executor ray imports it
 

@@ -29,6 +29,8 @@ from tik_agent.sandbox import isolation
 from tik_agent.sandbox.isolation import PROCESS, IsolationReport, level_of
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 
+pytestmark = pytest.mark.slow  # sandboxed workers and CLI evaluations
+
 REPORT = isolation.best().report()
 MUST_BE_FULL = os.environ.get("CI") == "true" or shutil.which("bwrap") is not None
 

@@ -318,6 +318,7 @@ print("bits equal")
 """
 
 
+@pytest.mark.slow  # runs the kernel under the interpreter
 def test_rmsnorm_rows_per_program_proposal_keeps_bits_under_the_interpreter(tmp_path):
     """A sanity check of the moves themselves (the evaluator does the real one)."""
     import os

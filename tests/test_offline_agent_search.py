@@ -8,6 +8,8 @@ from tik_agent.agents.offline import OfflineAgent
 from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
 from tik_agent.spec.schema import load_spec
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 
 @pytest.mark.parametrize("rng_seed", [0])
 def test_offline_agent_finds_a_faster_parity_preserving_rmsnorm(tmp_path, device, rng_seed):

@@ -12,6 +12,8 @@ from tik_agent.spec.seeds import BUNDLED_DIR
 
 from seedutil import edit
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 TINY = Config(vocab=128, dim=32, layers=1, heads=2, kv_heads=1, head_dim=64, ffn=64)
 
 

@@ -20,6 +20,8 @@ from tik_agent.search.optimize import Optimizer
 from tik_agent.view.report import write_report
 from tik_agent.run.runconfig import RunConfig
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):

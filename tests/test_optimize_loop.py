@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent, run, template  # noqa: F401 (fixtures)
+from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent
 
 from tik_agent.search import optimize as optimize_mod
 from tik_agent.run import rundir
@@ -19,6 +19,8 @@ from tik_agent.run.lineage import open_run
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.search.optimize import Optimizer
 from tik_agent.run.runconfig import RunConfig
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-Vs-Parent", "Parity-Cases",
                      "Device", "Agent", "Model", "Tokens-Input", "Tokens-Output"}

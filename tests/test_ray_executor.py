@@ -12,8 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from optimize_helpers import (FASTER, SAME, WRONG_BITS, ScriptedAgent, cli, popen_cli, run,  # noqa: F401
-                              tiny_config, tiny_seed)
+from optimize_helpers import FASTER, SAME, WRONG_BITS, ScriptedAgent, cli, popen_cli, template_run
 
 from tik_agent.cli.app import run as cli_in_process
 from tik_agent.errors import UsageError
@@ -25,6 +24,8 @@ from tik_agent.run.runconfig import RunConfig
 from tik_agent.search.executor import LocalExecutor
 from tik_agent.search.optimize import Optimizer
 from tik_agent.search.ray_node import SeedBundle, unpack
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 # The [ray] extra is part of `make test`'s install: on CI a missing Ray fails, elsewhere it skips.
 if os.environ.get("CI") != "true":
@@ -38,14 +39,9 @@ ENDLESS = ("    grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)",
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory):
+def template():
     """The tiny seed's run (as optimize_helpers makes it) with 3 timing rounds: quicker evaluations."""
-    import dataclasses
-
-    base = tmp_path_factory.mktemp("template")
-    config = dataclasses.replace(tiny_config(tiny_seed(base), "run"), rounds=3)
-    rundir.create(base / "run", config).close()
-    return base / "run"
+    return template_run("template-ray", rounds=3)
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from optimize_helpers import FASTER, ScriptedAgent, cli, popen_cli, run, template, tiny_seed  # noqa: F401 (fixtures)
+from optimize_helpers import FASTER, ScriptedAgent, cli, popen_cli, tiny_seed
 
 from tik_agent.run import rundir
 from tik_agent.run.journal import CRASH_ENV, Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.search.optimize import Optimizer
 from tik_agent.run.runconfig import RunConfig
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 def assert_consistent(path: Path, iterations: int) -> None:

@@ -4,12 +4,13 @@ attempts (axes, note, device, integer ticks), a rejected attempt's speedup in `s
 from __future__ import annotations
 
 import pytest
-from optimize_helpers import run, template  # noqa: F401 (fixtures)
 
 from tik_agent.cli import view_commands
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, ResumeState
 from tik_agent.run.lineage import open_run
 from tik_agent.view.report import figure, write_report
+
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
 def _record(aid: str, finished_at: float) -> dict:

@@ -31,6 +31,8 @@ from tik_agent.sandbox.isolation import best
 from tik_agent.sandbox.process import SandboxResult, open_worker_file
 from seedutil import small_rmsnorm
 
+pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
+
 REPO = Path(__file__).resolve().parents[1]
 REPORT_LEVEL = best().report().level
 

@@ -7,6 +7,8 @@ from bitassert import assert_same_bits
 from tik_agent.sandbox.harness import TrainingStep, load_seed_entry
 from tik_agent.spec.seeds import resolve
 
+pytestmark = pytest.mark.slow  # whole seeds under the interpreter
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 1e-1), torch.float16: (3e-3, 2e-2)}
 
