@@ -206,14 +206,6 @@ def test_rendered_modules_import_only_torch_triton_and_the_stdlib(wheel, tmp_pat
         check_imports(tmp_path / "tik_kernel_rmsnorm")
 
 
-def test_exporting_again_replaces_the_wheel(run_dir, tmp_path):
-    first = export_wheel(run_dir, tmp_path)
-    (tmp_path / "other_dist-1.0-py3-none-any.whl").write_bytes(b"not ours")
-    second = export_wheel(run_dir, tmp_path, version="2.0")
-    assert second.name.startswith("tik_kernel_rmsnorm-2.0-") and not first.exists()
-    assert sorted(p.name for p in tmp_path.glob("*.whl")) == ["other_dist-1.0-py3-none-any.whl", second.name]
-
-
 def test_export_of_a_named_commit(run_dir, tmp_path):
     wheel = export_wheel(run_dir, tmp_path, commit="a0002", name="rmsnorm-rows2")
     cert = wheel_certificate(wheel)

@@ -1,12 +1,16 @@
-"""The exported op's autograd: the certified backward entry, through torch.ops,
-opcheck, a float64 gradient check and torch.compile."""
+"""The exported op's autograd: the certified backward entry, through torch.ops, the
+package's function, opcheck, a float64 gradient check and torch.compile; and a
+package whose seed has no backward entry, which refuses a call that needs a gradient."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from exportutil import PACKAGE, shared_unpacked
-from packageutil import run_fresh
+from packageutil import render_package, run_fresh
+from seedutil import copy_seed, edit
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
@@ -23,7 +27,7 @@ def facts(unpacked) -> dict:
         import torch
         from torch.library import opcheck
         import {PACKAGE} as pkg
-        from {PACKAGE}.kernel import rms_norm_backward
+        from {PACKAGE}.kernel import rms_norm, rms_norm_backward
 
         op = torch.ops.{PACKAGE}.rms_norm
         bop = torch.ops.{PACKAGE}.rms_norm_backward
@@ -35,10 +39,18 @@ def facts(unpacked) -> dict:
 
         def grads(fn):
             x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
-            fn(x, w).backward(dy)
+            out = fn(x, w)
+            if out.grad_fn is None:  # the gradient was dropped: nothing to run backward through
+                return [False, False]
+            out.backward(dy)
             return [torch.equal(bits(x.grad), bits(expected[0])), torch.equal(bits(w.grad), bits(expected[1]))]
 
         facts["eager"] = grads(op)
+        facts["package_function"] = grads(pkg.rms_norm)
+        facts["kernel_file_control"] = grads(rms_norm)  # the launcher itself carries no gradient
+        with torch.no_grad():
+            quiet = pkg.rms_norm(x0.clone().requires_grad_(), w0)
+        facts["no_grad"] = [quiet.requires_grad, torch.equal(bits(quiet), bits(rms_norm(x0, w0)))]
         facts["compiled"] = grads(torch.compile(lambda x, w: op(x, w) * 1.0, backend="aot_eager", fullgraph=True))
         x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
         facts["opcheck_forward"] = {{k: v for k, v in opcheck(op.default, (x, w)).items()}}
@@ -69,6 +81,15 @@ def test_backward_through_the_op_gives_the_kernels_bits(facts):
     assert facts["eager"] == [True, True]
 
 
+@pytest.mark.slow
+def test_the_package_function_carries_the_certified_gradient(facts):
+    """``pkg.rms_norm`` goes through the op: x.grad and weight.grad are the backward entry's bits."""
+    assert facts["package_function"] == [True, True]
+    # Control: the kernel file's launcher, which the package once exported as is, drops it.
+    assert facts["kernel_file_control"] == [False, False]
+    assert facts["no_grad"] == [False, True]
+
+
 def test_backward_under_torch_compile_gives_the_same_bits(facts):
     assert facts["compiled"] == [True, True]
 
@@ -82,3 +103,69 @@ def test_opcheck_passes_for_the_op_with_gradients_and_for_the_backward_op(facts)
 def test_float64_gradient_check(facts):
     assert facts["gradcheck"] is True
     assert facts["gradcheck_control"] is False, "a 1% wrong dx should fail the gradient check"
+
+
+def forward_only_seed(dest: Path) -> Path:
+    """A user's seed with no backward entry: the rmsnorm copy without its [backward] table and
+    training cells, under another name (so no drop-in kind claims it)."""
+    seed = copy_seed("rmsnorm", dest)
+    text = (seed / "spec.toml").read_text()
+    text = text[: text.index("[backward]")] + text[text.index("[tunables]"):]
+    head, *cells = text.split("[[workload]]\n")
+    (seed / "spec.toml").write_text("[[workload]]\n".join([head, *[c for c in cells if "backward = true" not in c]]))
+    edit(seed / "spec.toml", 'name = "rmsnorm"', 'name = "rmsfwd"')
+    return seed
+
+
+@pytest.fixture(scope="module")
+def forward_only(tmp_path_factory) -> dict:
+    seed = forward_only_seed(tmp_path_factory.mktemp("seed"))
+    root, name = render_package(tmp_path_factory.mktemp("package"), seed)
+    return run_fresh(root, f"""
+        import json
+        import torch
+        import {name} as pkg
+        from {name}.kernel import rms_norm
+
+        bits = lambda t: t.view(torch.int32)
+        gen = torch.Generator().manual_seed(3)
+        x0, w0 = torch.randn(5, 40, generator=gen), torch.randn(40, generator=gen)
+        expected = rms_norm(x0, w0)
+        facts = {{"name": "{name}"}}
+        x, w = x0.clone().requires_grad_(), w0.clone()
+        try:
+            out = pkg.rms_norm(x, w)
+            facts["needs_grad"] = ["returned", out.grad_fn is not None]
+        except pkg.NotCertifiedError as exc:
+            facts["needs_grad"] = ["raised", str(exc)]
+        facts["is_runtime_error"] = issubclass(pkg.NotCertifiedError, RuntimeError)
+        with torch.no_grad():
+            quiet = pkg.rms_norm(x, w)
+        facts["no_grad"] = [quiet.requires_grad, torch.equal(bits(quiet), bits(expected))]
+        plain = pkg.rms_norm(x0, w0)
+        facts["plain"] = [plain.requires_grad, torch.equal(bits(plain), bits(expected))]
+        # The op itself has no gradient either: a backward pass through it raises (torch's message).
+        try:
+            getattr(torch.ops, "{name}").rms_norm(x, w).sum().backward()
+            facts["op_backward"] = None
+        except RuntimeError as exc:
+            facts["op_backward"] = str(exc)
+        print(json.dumps(facts))
+    """)
+
+
+@pytest.mark.slow
+def test_without_a_certified_backward_a_call_that_needs_a_gradient_is_refused(forward_only):
+    kind, message = forward_only["needs_grad"]
+    assert kind == "raised", forward_only["needs_grad"]
+    name = forward_only["name"]
+    assert f"{name}.rms_norm" in message and "no backward was certified" in message, message
+    assert forward_only["is_runtime_error"]
+    assert forward_only["op_backward"] and "no autograd formula" in forward_only["op_backward"]
+
+
+@pytest.mark.slow
+def test_without_a_certified_backward_calls_that_need_no_gradient_run(forward_only):
+    # Control for the refusal above: it is about the gradient, not the call.
+    assert forward_only["no_grad"] == [False, True]
+    assert forward_only["plain"] == [False, True]

@@ -52,6 +52,11 @@ def _check_counts(cases: list[dict]) -> dict[str, int]:
 
 
 def build_certificate(source: ExportSource, distribution: dict, created_at: datetime | None = None) -> dict:
+    """The certificate of ``source``.  Its ``created_at`` is, unless given, the exported
+    commit's time rather than the export's: the certificate is a function of the
+    commit, and two exports of one commit (same name and version) are the same bytes."""
+    if created_at is None and source.committed_at is not None:
+        created_at = datetime.fromtimestamp(source.committed_at, timezone.utc)
     ev = source.evaluation
     spec = source.spec
     cases = certified_cases(source)

@@ -33,6 +33,7 @@ class ExportSource:
     evaluation: dict        # the accepted commit's verdict (Verdict.to_dict() plus kind, attempt_id, parent_commit)
     trailers: dict          # the accepted commit's git trailers
     ancestry: tuple         # accepted commits from this one back to the seed: commit, attempt, speedups
+    committed_at: int | None = None  # the commit's committer time (epoch seconds): the export's timestamps
 
     @property
     def seed_sha256(self) -> str:
@@ -72,6 +73,7 @@ def read_source(run_dir: Path | str, commit: str | None, workdir: Path) -> Expor
         seed_source=lineage.file_at(root, KERNEL_FILE).encode(),
         kernel_source=lineage.file_at(chosen, KERNEL_FILE).encode(),
         evaluation=evaluation, trailers=dict(kernel.trailers), ancestry=_ancestry(chosen, root, accepted),
+        committed_at=lineage.committed_at(chosen),
     )
     _check_hashes(source)
     return source
