@@ -84,8 +84,13 @@ STEPS="$REPO/scripts/gpu_check_steps.py"
 TIK=("$PY" -m tik_agent)
 
 step environment 30 "$PY" "$STEPS" env "$OUT"
-"$PY" -c "import sys, tik_agent; assert tik_agent.__file__.startswith('$SITE'), tik_agent.__file__" \
-  || { echo "tik_agent does not come from the wheels"; FAILED=$((FAILED + 1)); }
+# What the node lacks must come from the wheels (in the rehearsal the interpreter has them too).
+"$PY" -c "
+import importlib
+for name in ('tik_agent', 'openai', 'anthropic', 'git', 'gitdb', 'smmap'):
+    where = importlib.import_module(name).__file__
+    assert where.startswith('$SITE'), f'{name} from {where}'" \
+  || { echo "a package does not come from the wheels"; FAILED=$((FAILED + 1)); }
 "$PY" "$STEPS" seeds "$WORK/seeds" $SMALL
 step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 

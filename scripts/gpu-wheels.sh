@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fill DIR with the wheels a GPU node needs to run tik-agent beside its own torch
-# and triton: tik-agent itself and what the node image lacks (the provider SDKs
-# and their dependencies), for Python 3.12 manylinux x86_64.  Run it on a
-# machine that reaches a package registry; scripts/gpu-check.sh installs from
-# DIR with --no-index --no-deps.
+# and triton: tik-agent itself and what of pyproject.toml's dependencies the node
+# image lacks (openai, anthropic, GitPython) with their own dependencies, for
+# Python 3.12 manylinux x86_64.  Run it on a machine that reaches a package
+# registry; scripts/gpu-check.sh installs from DIR with --no-index --no-deps.
 #
 #   bash scripts/gpu-wheels.sh DIR          # PYVER=3.11 for this machine's rehearsal
 set -euo pipefail
@@ -23,14 +23,24 @@ pillow cycler kiwisolver fonttools contourpy pyparsing python-dateutil six nvidi
 
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-(cd "$REPO" && git ls-files -z -co --exclude-standard -- pyproject.toml README.md tik_agent | xargs -0 tar -cf -) \
-  | tar -xf - -C "$src"
+(cd "$REPO" && git ls-files -z -co --exclude-standard -- pyproject.toml README.md tik_agent seed_kernels prompts \
+  | xargs -0 tar -cf -) | tar -xf - -C "$src"
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" "$src"
 
 plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64)
+# pyproject's dependencies less what the node has: read there, so a new one travels too.
+mapfile -t wanted < <("$PY" - "$REPO/pyproject.toml" "$NODE_HAS" <<'PY'
+import re, sys, tomllib
+has = set(sys.argv[2].split())
+for dep in tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]:
+    if re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0].lower().replace("_", "-") not in has:
+        print(dep)
+PY
+)
+[ "${#wanted[@]}" -gt 0 ] || { echo "gpu-wheels: read no dependency from pyproject.toml" >&2; exit 1; }
 "$PY" -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp "${plat[@]}" \
-  -d "$DIR" "openai>=1.40" "anthropic>=0.40"
+  -d "$DIR" "${wanted[@]}"
 
 for whl in "$DIR"/*.whl; do
   name=$(basename "$whl" | cut -d- -f1 | tr '[:upper:]_' '[:lower:]-')

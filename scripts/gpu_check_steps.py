@@ -46,7 +46,8 @@ def cmd_env(args) -> int:
     device = _device()
     env = devices.environment(device)
     env.update(tik_agent=tik_agent.__version__, tik_agent_file=tik_agent.__file__, numpy=_version("numpy"),
-               git=shutil.which("git"), sdks={m: _importable(m) for m in ("openai", "anthropic")})
+               git=shutil.which("git"), sdks={m: _importable(m) for m in ("openai", "anthropic")},
+               gitpython=_importable("git"))
     # Which OS isolation evaluations get here (bwrap with /dev/nvidia* bound is untested on GPUs).
     from tik_agent.sandbox.isolation import best
 

@@ -87,7 +87,7 @@ def test_bracketed_text_survives_in_tables_and_errors(out, tmp_path):
     seeds, _ = out("seeds")
     assert "log_softmax(logits)[target]" in seeds
     bad = tmp_path / "bad"
-    shutil.copytree(Path(__file__).parent.parent / "tik_agent" / "seed_kernels" / "rmsnorm", bad)
+    shutil.copytree(Path(__file__).parent.parent / "seed_kernels" / "rmsnorm", bad)
     spec = (bad / "spec.toml").read_text()
     (bad / "spec.toml").write_text(spec.replace('shape = ["M", "N"]', 'shape = ["M", "Q"]', 1))
     _, err = out("check-seed", str(bad), code=2)

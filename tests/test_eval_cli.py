@@ -65,9 +65,9 @@ def test_candidate_that_does_not_parse_exits_1(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,text", [
     (["eval", "missing.py", "--seed", "rmsnorm"], "no such candidate file"),
-    (["eval", "tik_agent/seed_kernels/rmsnorm/kernel.py", "--seed", "nope"], "unknown seed 'nope'"),
-    (["eval", "tik_agent/seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--device", "tpu"], "unknown device"),
-    (["eval", "tik_agent/seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--timeout", "0"], "--timeout: must be positive"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "nope"], "unknown seed 'nope'"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--device", "tpu"], "unknown device"),
+    (["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--timeout", "0"], "--timeout: must be positive"),
 ])
 def test_bad_usage_exits_2(argv, text, capsys):
     assert cli.run(argv) == 2

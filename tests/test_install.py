@@ -1,5 +1,6 @@
-"""Installs where users already are: no provider SDKs or GitPython at start, a
-non-editable install that works from any directory, metadata that takes ranges."""
+"""Installs where users already are: commands that start without importing the provider
+SDKs or GitPython, editable and non-editable installs that find the top-level seeds and
+prompts from any directory, metadata that takes ranges."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from packaging.requirements import Requirement
 
 from seedutil import small_rmsnorm
 from tik_agent.agents.factory import make_agent
+from tik_agent.bundled import bundled_dir
 from tik_agent.errors import UsageError
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCKED = ("openai", "anthropic", "git", "gitdb", "ray")  # ray: only --executor ray imports it
+# Imported only when used: an agent's SDK, GitPython when a run is opened, ray for --executor ray.
+BLOCKED = ("openai", "anthropic", "git", "gitdb", "ray")
 
-# A node image has none of BLOCKED: make importing any of them fail, then run the CLI.
+# Make importing any of BLOCKED fail, then run the CLI.
 BLOCKER = textwrap.dedent(f"""
     import importlib.abc, sys
     class _Block(importlib.abc.MetaPathFinder):
@@ -43,9 +46,10 @@ def _blocked_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_metadata_takes_ranges_that_the_cpu_pins_satisfy():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    deps = {Requirement(d).name: Requirement(d) for d in project["dependencies"]}
-    assert not set(deps) & {"openai", "anthropic", "gitpython"}, "node images have none of these"
-    assert set(project["optional-dependencies"]["llm"]) >= {"openai>=1.40", "anthropic>=0.40"}
+    deps = {Requirement(d).name.lower(): Requirement(d) for d in project["dependencies"]}
+    assert {"openai", "anthropic", "gitpython"} <= set(deps), "the card's packages are dependencies"
+    assert deps["gitpython"].specifier.contains("3.2.1") and not deps["gitpython"].specifier.contains("3.1.62")
+    assert project["optional-dependencies"]["llm"] == [], "kept, empty, for old install lines"
     for version in ("3.6.0", "3.7.1", "3.8.0", "3.9.0"):
         assert deps["triton"].specifier.contains(version), version
     assert not deps["triton"].specifier.contains("3.5.1")
@@ -83,7 +87,7 @@ def test_every_command_starts_without_provider_sdks_or_gitpython(tmp_path):
 def test_an_agent_without_its_sdk_is_a_usage_error(monkeypatch):
     for name in ("openai", "anthropic"):
         monkeypatch.setitem(sys.modules, name, None)  # find_spec then answers None: not installed
-    with pytest.raises(UsageError, match=r"needs the openai package.*tik-agent\[llm\]"):
+    with pytest.raises(UsageError, match=r"needs the openai package, a dependency .*: pip install openai"):
         make_agent("openai", model=None, base_url="http://127.0.0.1:9/v1", seed=0, environ={})
     with pytest.raises(UsageError, match="needs the anthropic package"):
         make_agent("anthropic", model=None, base_url=None, seed=0, environ={"ANTHROPIC_API_KEY": "k"})
@@ -93,42 +97,110 @@ def test_an_agent_without_its_sdk_is_a_usage_error(monkeypatch):
 
 def _source_copy(dest: Path) -> Path:
     """The tracked sources only: what a clean clone holds, and no build output in the checkout."""
-    files = subprocess.run(["git", "ls-files", "pyproject.toml", "README.md", "tik_agent"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
+    card = ["pyproject.toml", "README.md", "tik_agent", "seed_kernels", "prompts"]
+    files = subprocess.run(["git", "ls-files", *card], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, dest / name)
     return dest
 
 
-@pytest.mark.slow
-def test_non_editable_install_works_from_another_directory(tmp_path):
-    """A fresh venv that sees this interpreter's packages, ``pip install .`` into it with no
-    index (so it must install nothing beside the torch and triton it finds), used elsewhere."""
-    venv, work = tmp_path / "venv", tmp_path / "elsewhere"
-    work.mkdir()
+def _venv(tmp_path: Path) -> tuple[Path, str, dict]:
+    """A fresh venv that sees this interpreter's packages: its python, its site-packages, an
+    environment without this checkout on the path."""
+    venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "shared.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    src = _source_copy(tmp_path / "src")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    return python, site, env
+
+
+# Where an installed tik_agent finds its seeds and prompts (and that the renderer loads them).
+WHERE = ("import tik_agent; from tik_agent.spec.seeds import BUNDLED_DIR, bundled_names; "
+         "from tik_agent.agents.prompts import PromptRenderer, bundled_prompts_dir; PromptRenderer(); "
+         "print(tik_agent.__file__, BUNDLED_DIR, bundled_prompts_dir(), ','.join(bundled_names()))")
+
+
+def test_the_top_level_holds_the_seeds_and_prompts():
+    """The card's layout: seed_kernels/ and prompts/ beside tik_agent/, found there from a checkout."""
+    assert (REPO / "seed_kernels" / "rmsnorm" / "spec.toml").is_file() and (REPO / "prompts" / "system.md.j2").is_file()
+    tracked = subprocess.run(["git", "ls-files", "tik_agent/seed_kernels", "tik_agent/prompts"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    assert tracked == ""
+    assert bundled_dir("seed_kernels") == REPO / "seed_kernels" and bundled_dir("prompts") == REPO / "prompts"
+
+
+def test_bundled_dir_prefers_the_checkout_then_the_package(tmp_path):
+    checkout, site = tmp_path / "checkout", tmp_path / "site"
+    # an older checkout's leftover inside the package; another distribution's top-level folder
+    for folder in (checkout / "tik_agent" / "seed_kernels" / "__pycache__", checkout / "seed_kernels",
+                   site / "tik_agent" / "seed_kernels", site / "seed_kernels"):
+        folder.mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    assert bundled_dir("seed_kernels", checkout / "tik_agent") == checkout / "seed_kernels"
+    assert bundled_dir("seed_kernels", site / "tik_agent") == site / "tik_agent" / "seed_kernels"
+    # Negative control: without the checkout's folder, the package's own copy is the answer.
+    (checkout / "seed_kernels").rmdir()
+    assert bundled_dir("seed_kernels", checkout / "tik_agent") == checkout / "tik_agent" / "seed_kernels"
+
+
+def test_the_wheel_lists_every_folder_of_the_package():
+    """pyproject lists packages by hand (seed_kernels/ and prompts/ are mapped in), so a new
+    folder of tik_agent/ that it did not name would be left out of the wheel."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tracked = subprocess.run(["git", "ls-files", "tik_agent"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    folders = {".".join(Path(name).parent.parts) for name in tracked}
+    assert {"tik_agent", "tik_agent.sandbox.static", "tik_agent.export.template"} <= folders  # nested ones found
+    assert set(tool["packages"]) == folders | {"tik_agent.seed_kernels", "tik_agent.prompts"}
+    assert tool["package-dir"] == {"tik_agent.seed_kernels": "seed_kernels", "tik_agent.prompts": "prompts"}
+
+
+@pytest.mark.slow
+def test_editable_install_finds_the_top_level_seeds_and_prompts(tmp_path):
+    """``pip install -e`` (what make install does) of a copy of the sources, used elsewhere."""
+    python, _, env = _venv(tmp_path)
+    src, work = _source_copy(tmp_path / "src"), tmp_path / "elsewhere"
+    work.mkdir()
+    pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "--no-deps",
+                          "-e", str(src)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    where = subprocess.run([python, "-c", WHERE], cwd=work, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr[-2000:]
+    init, seeds, prompts, names = where.stdout.split()
+    assert (init, seeds, prompts) == (str(src / "tik_agent" / "__init__.py"), str(src / "seed_kernels"),
+                                      str(src / "prompts"))
+    assert {"rmsnorm", "matmul", "logprobs"} <= set(names.split(","))
+
+
+@pytest.mark.slow
+def test_non_editable_install_works_from_another_directory(tmp_path):
+    """``pip install .`` into a fresh venv with no index (so it must install nothing beside
+    the torch and triton it finds), used elsewhere: seeds and prompts come from the wheel."""
+    python, site, env = _venv(tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    src = _source_copy(tmp_path / "src")
     pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", str(src)],
                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stderr[-2000:]
     shutil.rmtree(src)  # nothing may be read from the sources after the install
 
     def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([str(venv / "bin" / "tik-agent"), *args], cwd=work, env=env,
+        return subprocess.run([str(python.parent / "tik-agent"), *args], cwd=work, env=env,
                               capture_output=True, text=True, timeout=timeout)
 
-    where = subprocess.run([python, "-c", "import tik_agent; print(tik_agent.__file__)"], cwd=work, env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()
-    assert where.startswith(site), where
-    package = Path(where).parent
+    where = subprocess.run([python, "-c", WHERE], cwd=work, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr[-2000:]
+    init, seeds, prompts, names = where.stdout.split()
+    package = Path(init).parent
+    assert init.startswith(site) and (seeds, prompts) == (str(package / "seed_kernels"), str(package / "prompts"))
+    assert {"rmsnorm", "matmul", "logprobs", "attention", "add_rmsnorm"} <= set(names.split(","))
     for data in ("seed_kernels/rmsnorm/kernel.py", "seed_kernels/matmul/reference.py", "seed_kernels/logprobs/spec.toml",
-                 "prompts/propose.md.j2", "export/template/_verify.py.tmpl", "agents/prices.toml"):
+                 "prompts/propose.md.j2", "prompts/README.md", "export/template/_verify.py.tmpl", "agents/prices.toml"):
         assert (package / data).is_file(), data
     seeds = cli("seeds")
     assert seeds.returncode == 0 and {"rmsnorm", "logprobs", "matmul"} <= set(seeds.stdout.split()), seeds.stderr

@@ -337,7 +337,7 @@ def test_strict_refuses_a_weaker_machine(monkeypatch) -> None:
 def test_eval_cli_strict_exits_2_on_a_weaker_machine(monkeypatch, capsys) -> None:
     from tik_agent import cli
 
-    seed = "tik_agent/seed_kernels/rmsnorm/kernel.py"
+    seed = "seed_kernels/rmsnorm/kernel.py"
     monkeypatch.setattr(isolation, "best", lambda: isolation.Isolation("process", ("net",)))
     assert cli.run(["eval", seed, "--seed", "rmsnorm", "--sandbox", "strict"]) == 2
     err = capsys.readouterr().err

@@ -265,7 +265,7 @@ def test_proposals_pass_the_static_rules():
 
 
 def _seed(name):
-    directory = ROOT / "tik_agent" / "seed_kernels" / name
+    directory = ROOT / "seed_kernels" / name
     if not (directory / "kernel.py").is_file() or not (directory / "spec.toml").is_file():
         pytest.skip(f"seed_kernels/{name} is not there yet")
     from tik_agent.spec.schema import load_spec
@@ -340,7 +340,7 @@ def test_rmsnorm_rows_per_program_proposal_keeps_bits_under_the_interpreter(tmp_
     candidate.write_text(proposal.source)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", BITS_CHECK, str(ROOT / "tik_agent/seed_kernels/rmsnorm/kernel.py"), str(candidate)],
+        [sys.executable, "-c", BITS_CHECK, str(ROOT / "seed_kernels/rmsnorm/kernel.py"), str(candidate)],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]

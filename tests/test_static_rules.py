@@ -309,7 +309,7 @@ def test_absurd_nesting_is_rejected_not_crashing() -> None:
     assert [v.rule for v in check_source("x = " + "-" * 100_000 + "1")] == ["syntax"]
 
 
-SEEDS = sorted((Path(__file__).resolve().parents[1] / "tik_agent" / "seed_kernels").glob("*/kernel.py"))
+SEEDS = sorted((Path(__file__).resolve().parents[1] / "seed_kernels").glob("*/kernel.py"))
 
 
 @pytest.mark.parametrize("path", SEEDS, ids=lambda p: p.parent.name)

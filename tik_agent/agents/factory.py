@@ -107,12 +107,13 @@ def make_agent(
 
 
 def _require_sdk(name: str) -> None:
-    """A one-line usage error instead of an ImportError deep in the agent module."""
+    """A one-line usage error instead of an ImportError deep in the agent module: the SDKs
+    are dependencies, but an install with --no-deps (a node's wheel folder) can lack one."""
     import importlib.util
 
     if importlib.util.find_spec(name) is None:
-        raise UsageError(f"--agent {name} needs the {name} package: pip install 'tik-agent[llm]' "
-                         f"(or use --agent offline)")
+        raise UsageError(f"--agent {name} needs the {name} package, a dependency of tik-agent that is not "
+                         f"installed here: pip install {name} (or use --agent offline)")
 
 
 def display_url(url: str) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import jinja2
 
 from tik_agent.agents.base import AgentContext, AttemptFeedback, redact
+from tik_agent.bundled import bundled_dir
 from tik_agent.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ MAX_RATIONALE_CHARS = 800
 
 def bundled_prompts_dir() -> Path:
     """The ``prompts/`` directory shipped with tik-agent."""
-    return Path(__file__).resolve().parents[1] / "prompts"
+    return bundled_dir("prompts")
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,10 @@ Layout (a contract with ``tik-agent export``):
   ``run.json``, ``reference.pt``, reports) are listed in ``.git/info/exclude``.
 
 :func:`open_run` and :class:`Lineage` are the read API; :class:`LineageWriter`
-adds the writes the optimisation loop makes.  Commits are built with plumbing
-(a private index file, ``commit-tree``, ``update-ref``) so that no half-made
-commit is ever visible: a commit exists for the loop once its tag exists.
-
-Everything goes through the ``git`` binary (:mod:`tik_agent.run.gitcmd`), not
-GitPython: GPU node images ship neither GitPython nor a registry to fetch it
-from, and GitPython needs the binary anyway.
+adds the writes the optimisation loop makes.  A commit's objects are written
+and synced before its tag, so no half-made commit is ever visible: a commit
+exists for the loop once its tag exists.  The repository is read and written
+through GitPython (:mod:`tik_agent.run.gitrepo`).
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.errors import UsageError
-from tik_agent.run.gitcmd import GitError, GitRepo
+from tik_agent.run.gitrepo import RunRepo
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +84,14 @@ class Lineage:
 
     def __init__(self, path: Path):
         self.path = Path(path).resolve()  # git runs in the run directory: no relative paths
-        self.repo = GitRepo(self.path)
+        self.repo = RunRepo(self.path)
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
     def _tag_commit(self, name: str) -> str | None:
-        return self.repo.rev(f"refs/tags/{name}")
+        return self.repo.ref(f"refs/tags/{name}")
 
     def has_root(self) -> bool:
         return self._tag_commit(SEED_TAG) is not None
@@ -106,7 +103,7 @@ class Lineage:
         return commit
 
     def best_commit(self) -> str:
-        commit = self.repo.rev(f"refs/heads/{BRANCH}")
+        commit = self.repo.ref(f"refs/heads/{BRANCH}")
         if commit is None:
             raise UsageError(f"{self.path}: branch {BRANCH} does not exist")
         return commit
@@ -116,7 +113,7 @@ class Lineage:
         for name, commit in self.repo.tags().items():
             if not _ATTEMPT_TAG.fullmatch(name):
                 continue
-            t = parse_trailers(self.repo.message(commit))
+            t = self.trailers(commit)
             parent = t.get("Parent-Commit") or self.parents(commit)[0]
             out.append(AcceptedKernel(
                 commit=commit, parent_commit=parent, attempt_id=t.get("Attempt-Id", name),
@@ -130,17 +127,17 @@ class Lineage:
     def speedup_of(self, commit: str) -> float:
         if commit == self.root_commit():
             return 1.0
-        return _float(parse_trailers(self.repo.message(commit)).get("Speedup-Vs-Seed")) or 0.0
+        return _float(self.trailers(commit).get("Speedup-Vs-Seed")) or 0.0
 
     def trailers(self, commit: str) -> dict[str, str]:
-        return parse_trailers(self.repo.message(commit))
+        return parse_trailers(self.repo.commit(commit).message)
 
     def parents(self, commit: str) -> list[str]:
-        return self.repo.parents(commit)
+        return list(self.repo.commit(commit).parents)
 
     def committed_at(self, commit: str) -> int:
         """The commit's committer time, seconds since the epoch."""
-        return self.repo.committed_at(commit)
+        return self.repo.commit(commit).committed_at
 
     def commits(self) -> set[str]:
         return {self.root_commit()} | {k.commit for k in self.accepted()}
@@ -181,9 +178,7 @@ class LineageWriter(Lineage):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
-        if not (path / ".git").is_dir():
-            writer.repo.run("init", "--quiet", f"--initial-branch={BRANCH}")
-        writer.repo.run("config", "core.fsync", "committed,index")
+        writer.repo.init(BRANCH)
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         exclude.write_text("# tik-agent run files that are not lineage\n" + "\n".join(EXCLUDED) + "\n")
@@ -200,17 +195,14 @@ class LineageWriter(Lineage):
         for index in gitdir.glob("tik-index-*"):
             index.unlink()
 
-    def _git(self, *args: str, env: dict | None = None) -> str:
-        return self.repo.run(*args, env=env)
-
     def commit_root(self, files: list[str], message: str) -> str:
         """Commit the seed's files (already in the working tree) as the root, tag it ``seed``."""
-        if self.repo.rev("HEAD") is None:
-            self._git("add", "--", *files)
-            self._git("commit", "--quiet", "--no-verify", "-m", message)
-        sha = self.repo.rev("HEAD")
+        if self.repo.head() is None:
+            sha = self.repo.commit_files(None, {name: self.path / name for name in files}, message)
+            self.repo.set_branch(BRANCH, sha)
+        sha = self.repo.head()
         if not self.has_root():
-            self._git("tag", SEED_TAG, sha)
+            self.repo.tag(SEED_TAG, sha)
         return sha
 
     def commit_variant(self, attempt: str, parent: str, kernel: Path, evaluation: Path, message: str) -> str:
@@ -218,18 +210,8 @@ class LineageWriter(Lineage):
         existing = self.commit_of(attempt)
         if existing is not None:
             return existing
-        index = self.path / ".git" / f"tik-index-{os.getpid()}"
-        env = {"GIT_INDEX_FILE": str(index)}
-        try:
-            self._git("read-tree", parent, env=env)
-            for name, source in ((KERNEL_FILE, kernel), (EVALUATION_FILE, evaluation)):
-                blob = self._git("hash-object", "-w", "--", str(Path(source).resolve()))
-                self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=env)
-            tree = self._git("write-tree", env=env)
-        finally:
-            index.unlink(missing_ok=True)
-        sha = self._git("commit-tree", tree, "-p", parent, "-m", message)
-        self._git("tag", attempt, sha)  # from here on the commit is part of the lineage
+        sha = self.repo.commit_files(parent, {KERNEL_FILE: Path(kernel), EVALUATION_FILE: Path(evaluation)}, message)
+        self.repo.tag(attempt, sha)  # from here on the commit is part of the lineage
         return sha
 
     def best_by_speedup(self) -> str:
@@ -246,10 +228,7 @@ class LineageWriter(Lineage):
         kept = self.keep_user_work()
         if kept is not None:
             log.warning("%s", kept)
-        if self.best_commit() != commit:
-            self._git("update-ref", f"refs/heads/{BRANCH}", commit)
-        self._git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")  # never move a branch of the user's
-        self._git("reset", "--quiet", "--hard", BRANCH)
+        self.repo.set_branch(BRANCH, commit)
 
     def keep_user_work(self) -> str | None:
         """Save commits tik-agent did not make and uncommitted edits on a new branch ``kept/<time>``.
@@ -258,33 +237,27 @@ class LineageWriter(Lineage):
         natural; ``main`` must still be the best kernel, so their work goes on a branch
         and the returned warning names it.  None when there is nothing of theirs.
         """
-        known = sorted(self.commits())
-        heads = [ref for ref in ("HEAD", f"refs/heads/{BRANCH}") if self._valid(ref)]
-        foreign = self._git("rev-list", *heads, "--not", *known).split() if heads else []
+        main = self.repo.ref(f"refs/heads/{BRANCH}")
+        heads = [sha for sha in (self.repo.head(), main) if sha is not None]
+        # The usual case, answered without listing the lineage: both heads are its commits.
+        known = heads if all(self._is_lineage(sha) for sha in heads) else sorted(self.commits())
+        foreign = self.repo.unknown_commits(heads, known)
         # Untracked files are left where they are (a reset does not touch them); edits to
         # tracked files are what a reset would throw away.
-        dirty = [ln[3:] for ln in self._git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        dirty = self.repo.dirty()
         if not foreign and not dirty:
             return None
-        tip = self.repo.rev("HEAD")
+        tip = self.repo.head()
         if dirty:
-            index = self.path / ".git" / f"tik-index-keep-{os.getpid()}"
-            env = {"GIT_INDEX_FILE": str(index)}
-            try:
-                self._git("read-tree", tip, env=env)
-                self._git("add", "--update", env=env)
-                tree = self._git("write-tree", env=env)
-            finally:
-                index.unlink(missing_ok=True)
-            tip = self._git("commit-tree", tree, "-p", tip, "-m", "uncommitted edits kept by tik-agent")
+            tree = self.repo.snapshot(tip, self.path / ".git" / f"tik-index-keep-{os.getpid()}")
+            tip = self.repo.commit_tree(tree, tip, "uncommitted edits kept by tik-agent")
         branch = self._free_branch(time.strftime("kept/%Y%m%d-%H%M%S"))
-        self._git("update-ref", f"refs/heads/{branch}", tip)
+        self.repo.branch(branch, tip)
         branches = [branch]
-        main = self.repo.rev(f"refs/heads/{BRANCH}")
-        if main is not None and main not in known and not self._is_ancestor(main, tip):
+        if main is not None and main not in known and not self.repo.is_ancestor(main, tip):
             # HEAD was elsewhere while main got commits of its own: keep those too.
             branches.append(self._free_branch(f"{branch}-main"))
-            self._git("update-ref", f"refs/heads/{branches[-1]}", main)
+            self.repo.branch(branches[-1], main)
         what = []
         if foreign:
             what.append(f"{len(foreign)} commit{'s' if len(foreign) > 1 else ''} not made by tik-agent")
@@ -293,19 +266,15 @@ class LineageWriter(Lineage):
         return (f"{self.path}: kept {' and '.join(what)} on branch {' and '.join(branches)}; main stays "
                 f"the best kernel (see: git -C {self.path} log -p {branch})")
 
-    def _is_ancestor(self, commit: str, of: str) -> bool:
-        try:
-            self._git("merge-base", "--is-ancestor", commit, of)
+    def _is_lineage(self, commit: str) -> bool:
+        """Whether ``commit`` is the root or the commit its own attempt's tag names."""
+        if commit == self.root_commit():
             return True
-        except GitError:
-            return False
-
-    def _valid(self, ref: str) -> bool:
-        return self.repo.rev(ref) is not None
+        return self.commit_of(self.trailers(commit).get("Attempt-Id", "")) == commit
 
     def _free_branch(self, name: str) -> str:
         candidate, n = name, 1
-        heads = set(self._git("for-each-ref", "--format=%(refname:strip=2)", "refs/heads").splitlines())
+        heads = self.repo.branches()
         while candidate in heads:
             n += 1
             candidate = f"{name}-{n}"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tik_agent.bundled import bundled_dir
 from tik_agent.errors import UsageError
 from tik_agent.spec.schema import SPEC_FILE, KernelSpec, load_spec
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "seed_kernels"
+BUNDLED_DIR = bundled_dir("seed_kernels")
 
 
 def bundled_names() -> list[str]:
