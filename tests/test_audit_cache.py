@@ -140,6 +140,13 @@ def test_fresh_audit_recomputes_even_on_a_hit(cache, seed, tmp_path, monkeypatch
     rundir.create(tmp_path / "control", tiny_config(seed, "control")).close()  # the same, without it, hits
 
 
+def test_fresh_audit_on_resuming_a_made_run_only_warns(audited, cache, tmp_path, monkeypatch, caplog):
+    run = shutil.copytree(audited.first, tmp_path / "run", symlinks=True)
+    refuse_to_compute(monkeypatch)
+    rundir.reopen(run, tiny_config(audited.seed, "first"), fresh_audit=True).close()
+    assert "the seed's audit is already committed; --fresh-audit changes nothing here" in caplog.text
+
+
 def _garbage_reference(entry: Path) -> None:
     (entry / "reference.pt").write_bytes(b"not a tensor file")
 
