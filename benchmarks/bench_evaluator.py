@@ -11,14 +11,25 @@ makes the same kernel calls in this one process with no sandbox: the same
 cases through the same harness for the seed and for the candidate, the same
 timing calls, and the seed once more on each of the candidate's timed inputs.  The ratio is the
 price of isolation and integrity checks.  Medians over --repeat runs.
+
+    .venv/bin/python benchmarks/bench_evaluator.py --second-run [--seeds rmsnorm] [--repeat 3]
+
+measures instead the start of a run of a seed that an earlier run already
+audited: ``rundir.create`` (the seed's outputs, its audit, the root commit)
+with ``fresh_audit`` ("before": what every start cost before the audit cache)
+and without it, finding the audit in the cache ("after").  Both use a
+temporary cache, which the first "before" fills; the two alternate.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from tik_agent.backends import interpreter
 
@@ -68,13 +79,50 @@ def full(spec, rounds: int, warmup: int) -> float:
     return time.perf_counter() - start
 
 
+def run_start(spec, workdir: Path, name: str, rounds: int, warmup: int, fresh_audit: bool) -> float:
+    from tik_agent.backends import device as devices
+    from tik_agent.run import rundir
+    from tik_agent.run.runconfig import Limits, RunConfig
+
+    config = RunConfig(run_id=name, seed_name=spec.name, seed_source=str(spec.directory), agent="offline",
+                       model=None, base_url=None, rng_seed=0, device="cpu", rounds=rounds, warmup=warmup,
+                       eval_timeout_s=None, workers=1, limits=Limits(),
+                       binding=devices.binding(devices.environment("cpu")))
+    start = time.perf_counter()
+    rundir.create(workdir / name, config, fresh_audit=fresh_audit).close()
+    return time.perf_counter() - start
+
+
+def second_run(names: list[str], rounds: int, warmup: int, repeat: int) -> None:
+    print("| seed | cases | start, audit computed (before), s | start, audit reused (after), s | after / before |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    with tempfile.TemporaryDirectory(prefix="bench-second-run-") as tmp:
+        workdir = Path(tmp)
+        os.environ["TIK_AGENT_CACHE"] = str(workdir / "cache")
+        for name in names:
+            spec = resolve(name)
+            before, after = [], []
+            for i in range(repeat):  # alternate so drift hits both sides
+                before.append(run_start(spec, workdir, f"{name}-before-{i}", rounds, warmup, fresh_audit=True))
+                after.append(run_start(spec, workdir, f"{name}-after-{i}", rounds, warmup, fresh_audit=False))
+            b, a = statistics.median(before), statistics.median(after)
+            each_b, each_a = ", ".join(f"{t:.1f}" for t in before), ", ".join(f"{t:.2f}" for t in after)
+            print(f"| {name} | {len(evaluation_cases(spec, 'cpu'))} | {b:.1f} ({each_b}) | {a:.2f} ({each_a}) "
+                  f"| {a / b:.4f} ({b / a:.0f}x faster) |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", default=["rmsnorm", "logprobs", "matmul"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--second-run", action="store_true",
+                        help="time the start of a run of an already audited seed, before and after the audit cache")
     args = parser.parse_args()
+    if args.second_run:
+        second_run(args.seeds, args.rounds, args.warmup, args.repeat)
+        return
     print("| seed | cases | full evaluation, s | bare calls, s | full / bare |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name in args.seeds:

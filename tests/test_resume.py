@@ -94,14 +94,17 @@ def test_killed_during_an_evaluation(run):
 def test_killed_during_creation(tmp_path):
     seed = tiny_seed(tmp_path)
     target = tmp_path / "new-run"
+    # An empty audit cache of its own: the kill lands in the seed's audit, not in a copy of one.
+    empty_cache = {"TIK_AGENT_CACHE": str(tmp_path / "audit-cache")}
     proc = popen_cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "5",
-                     "--run-dir", str(target))
+                     "--run-dir", str(target), env=empty_cache)
     wait_for(lambda: (target / "run.json").is_file() or proc.poll() is not None)
     proc.kill()
     proc.wait(10)
-    again = cli("optimize", str(seed), "--run-dir", str(target))
+    assert not (target / "evaluation.json").exists()  # the audit was not finished
+    again = cli("optimize", str(seed), "--run-dir", str(target), env=empty_cache)
     assert again.returncode == 2 and "--resume" in again.stderr
-    done = resume(target, 1)
+    done = resume(target, 1, **empty_cache)
     assert done.returncode == 0, done.stderr
     assert_consistent(target, 1)
     assert open_run(target).trailers(open_run(target).root_commit())["Kind"] == "seed"

@@ -55,6 +55,10 @@ def optimize(
     sandbox: str = typer.Option(None, "--sandbox", metavar="MODE", help=SANDBOX_HELP + "  [default: auto]"),
     probes: Path = typer.Option(None, metavar="FILE", help="probes.json from scripts/gpu-check.sh on this device: "
                                 "which tunable values keep bits here (the offline agent's priors)."),
+    fresh_audit: bool = typer.Option(False, "--fresh-audit", help="Audit the seed again even if an earlier run of "
+                                     "the same seed, spec, grid, device and versions left its audit in the cache "
+                                     "($TIK_AGENT_CACHE, else $XDG_CACHE_HOME/tik-agent or ~/.cache/tik-agent); "
+                                     "refresh that entry."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
@@ -110,7 +114,8 @@ def optimize(
         load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
     say("run directory: ", (str(path), "bold"))
     logging.getLogger("tik_agent").info("%s", explanation)
-    session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
+    session = (rundir.reopen(path, config, fresh_audit) if resume is not None
+               else rundir.create(path, config, fresh_audit))
     if probes is not None:
         shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
     pool = None

@@ -3,6 +3,10 @@
 Creation order (each step safe to redo after a kill): ``run.json``, the git
 repository, the seed's files in the working tree, the cached seed outputs
 (``reference.pt``), the seed's audit (``evaluation.json``), the root commit.
+The outputs and the audit come from the seed-audit cache
+(:mod:`tik_agent.judge.auditcache`) when an earlier run made them from the same
+seed, spec, grid, device and versions (``fresh_audit`` recomputes them); a
+computed audit that passed is stored there for the next run.
 
 Reopening (``--resume``) checks the environment binding first, takes the run
 lock (a second process on the same run is refused), clears git locks a killed
@@ -28,6 +32,7 @@ from pathlib import Path
 from tik_agent.backends import device as devices
 from tik_agent.spec.cases import evaluation_cases
 from tik_agent.errors import TikError, UsageError
+from tik_agent.judge.auditcache import AuditCache, AuditFiles, AuditKey, cache_root
 from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
 from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
                                atomic_write_json)
@@ -83,14 +88,15 @@ def check_new_run_dir(path: Path) -> None:
         raise UsageError(f"{path}: exists and is not a tik-agent run; choose another --run-dir")
 
 
-def create(path: Path, config: RunConfig) -> Session:
-    """Start a new run in ``path`` (absent or empty) from ``config``."""
+def create(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
+    """Start a new run in ``path`` (absent or empty) from ``config``; ``fresh_audit``
+    audits the seed again even when the audit cache holds its audit (and refreshes it)."""
     check_new_run_dir(path)
     existed = path.exists()
     path.mkdir(parents=True, exist_ok=True)
     config.save(path)
     try:
-        return _open(path, config)
+        return _open(path, config, fresh_audit)
     except TikError as exc:
         # Refused (a seed that fails its own audit, a bad layout): no run was born, so no
         # directory may be left to block the same --run-dir.  A kill or Ctrl-C keeps it:
@@ -112,12 +118,13 @@ def _discard_unborn(path: Path, keep_dir: bool) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def reopen(path: Path, config: RunConfig) -> Session:
-    """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended)."""
+def reopen(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
+    """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended).
+    ``fresh_audit`` matters only to a run whose creation was interrupted before its seed commit."""
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
     config.check_binding(devices.binding(devices.probe_environment(config.device)))
-    return _open(path, config)
+    return _open(path, config, fresh_audit)
 
 
 def holder(path: Path) -> str | None:
@@ -150,7 +157,7 @@ def _lock(path: Path) -> int:
     return fd
 
 
-def _open(path: Path, config: RunConfig) -> Session:
+def _open(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
     path = path.resolve()
     lock = _lock(path)
     try:
@@ -160,8 +167,9 @@ def _open(path: Path, config: RunConfig) -> Session:
         options = eval_options(config)
         if not lineage.has_root():
             _copy_seed(Path(config.seed_source), path)
-            reference = _reference(path, load_spec(path), options)
-            _commit_root(lineage, load_spec(path), reference, options, config)
+            _make_root(lineage, load_spec(path), options, config, fresh_audit)
+        elif fresh_audit:
+            log.warning("%s: the seed's audit is already committed; --fresh-audit changes nothing here", path)
         spec = _snapshot_seed(lineage)
         reference = _reference(path, spec, options)
         environment = json.loads(lineage.file_at(lineage.root_commit(), EVALUATION_FILE))["environment"]
@@ -205,11 +213,33 @@ def _snapshot_seed(lineage: LineageWriter) -> KernelSpec:
     return load_spec(target)
 
 
-def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions) -> Reference:
+def _make_root(lineage: LineageWriter, spec: KernelSpec, options: EvalOptions, config: RunConfig,
+               fresh_audit: bool) -> None:
+    """The seed's outputs and audit, from the audit cache or computed (then stored), and the root commit."""
+    cache = AuditCache(cache_root())
+    device = config.binding or devices.binding(devices.probe_environment(config.device))
+    key = AuditKey.of(spec, options, device)
+    files = AuditFiles(lineage.path / REFERENCE_CACHE, lineage.path / EVALUATION_FILE,
+                       lineage.path / WARM_CACHE if options.device == "cuda" else None)
+    entry = None if fresh_audit else cache.fetch(key, files)
+    if entry is not None:
+        log.info("reusing the seed's audit from %s (same seed, spec, grid, device and versions; "
+                 "--fresh-audit recomputes it)", entry)
+        _commit_root(lineage, spec, json.loads(files.evaluation.read_text()), config, reused=key.digest)
+        return
+    reference = _reference(lineage.path, spec, options, fresh=fresh_audit)
+    _commit_root(lineage, spec, _audit(lineage.path, spec, reference, options), config)
+    try:
+        log.debug("stored the seed's audit in %s", cache.store(key, files))
+    except OSError as exc:  # the run is made; only the next one will not find its audit
+        log.warning("could not store the seed's audit in %s: %s", cache.root, exc)
+
+
+def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions, fresh: bool = False) -> Reference:
     """The seed's outputs on every evaluation case: cached in reference.pt, recomputed if stale."""
     path = run_dir / REFERENCE_CACHE
     wanted = [c.id for c in evaluation_cases(spec, options.device)]
-    if path.is_file():
+    if path.is_file() and not fresh:
         try:
             ref = Reference.load(path)
             if ref.seed_sha256 == sha256_file(spec.source) and [c.id for c in ref.cases] == wanted:
@@ -223,22 +253,33 @@ def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions) -> Referen
     return ref
 
 
-def _commit_root(lineage: LineageWriter, spec: KernelSpec, reference: Reference, options: EvalOptions,
-                 config: RunConfig) -> None:
+def _audit(run_dir: Path, spec: KernelSpec, reference: Reference, options: EvalOptions) -> dict:
+    """The seed evaluated against itself, written to evaluation.json; refused unless it passed."""
     log.info("auditing the seed: parity baseline and timings")
     if options.device == "cuda":
-        options = dataclasses.replace(options, save_cache=str(lineage.path / WARM_CACHE))
+        options = dataclasses.replace(options, save_cache=str(run_dir / WARM_CACHE))
     audit = evaluate(spec, spec.source, options, reference=reference)
     if not audit.timing:
         raise UsageError(f"{spec.source}: the seed's own audit failed: {audit.reason}")
-    atomic_write_json(lineage.path / EVALUATION_FILE, {
-        "schema": 1, "kind": "seed", "environment": audit.environment, "cases": audit.cases,
-        "timing": audit.timing, "speedup": 1.0, "noise": audit.noise, "timer": audit.timer,
-        "seed_sha256": audit.seed_sha256})
-    trailers = {"Kind": "seed", "Seed": spec.name, "Parity-Cases": f"{audit.cases_passed}/{len(audit.cases)}",
-                "Device": audit.environment.get("device_name", config.device)}
+    record = {"schema": 1, "kind": "seed", "environment": audit.environment, "cases": audit.cases,
+              "timing": audit.timing, "speedup": 1.0, "noise": audit.noise, "timer": audit.timer,
+              "seed_sha256": audit.seed_sha256}
+    atomic_write_json(run_dir / EVALUATION_FILE, record)
+    return record
+
+
+def _commit_root(lineage: LineageWriter, spec: KernelSpec, audit: dict, config: RunConfig,
+                 reused: str | None = None) -> None:
+    cases, timing = audit["cases"], audit["timing"]
+    passed = sum(1 for c in cases if c.get("passed"))
+    trailers = {"Kind": "seed", "Seed": spec.name, "Parity-Cases": f"{passed}/{len(cases)}",
+                "Device": audit["environment"].get("device_name", config.device)}
+    origin = ""
+    if reused is not None:
+        trailers["Audit-Reused"] = reused
+        origin = " The audit was reused from an earlier run of the same seed (the audit cache entry named below)."
     message = (f"seed: {spec.name}\n\nThe seed kernel and its audit: parity baseline over "
-               f"{len(audit.cases)} cases, timings of {len(audit.timing)} workload cells.\n\n"
+               f"{len(cases)} cases, timings of {len(timing)} workload cells.{origin}\n\n"
                f"{format_trailers(trailers)}\n")
     lineage.commit_root(_tracked(spec), message)
 
