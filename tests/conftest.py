@@ -77,11 +77,3 @@ def pytest_collection_modifyitems(config, items):
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
 
-
-@pytest.fixture(autouse=True, scope="session")
-def _audit_cache(tmp_path_factory):
-    """The seed-audit cache (tik_agent/judge/auditcache.py) of this test session, never the
-    user's: runs of the same seed in one session share it, a new session starts empty."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TIK_AGENT_CACHE", str(tmp_path_factory.mktemp("audit-cache")))
-        yield

@@ -27,6 +27,8 @@ from tik_agent.run import rundir
 from tik_agent.run.lineage import EVALUATION_FILE, open_run
 from tik_agent.spec.schema import load_spec
 
+pytestmark = pytest.mark.slow  # the module's fixture audits the tiny seed (runs are created throughout)
+
 COMPUTATIONS = ("compute_reference", "evaluate")  # the seed's outputs and its audit, as rundir calls them
 
 
