@@ -201,10 +201,29 @@ def test_an_unavailable_agent_pauses_then_stops(run, monkeypatch):
 
     class Down(ScriptedAgent):
         def propose(self, context):
+            time.sleep(0.5)   # as an SDK's own tries take time: the other thread takes its attempt meanwhile
             raise AgentUnavailable("invalid x-api-key", transient=False)
 
-    summary = optimize(run, Down([None]), iterations=5)
+    logger = logging.getLogger("tik_agent")
+    handler = _Collect()
+    logger.addHandler(handler)  # the CLI tests may have turned propagation off
+    try:
+        summary = optimize(run, Down([None]), iterations=5)
+    finally:
+        logger.removeHandler(handler)
     assert summary.stop_reason == "agent_unavailable" and summary.iterations == 2
+    # Both attempt threads met the failure; the stop is said once.
+    stops = [m for m in handler.messages if m.startswith("the agent is unavailable: invalid x-api-key; stopping")]
+    assert len(stops) == 1, handler.messages
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
 def test_a_bug_stops_the_run_with_reason_error(run, caplog):

@@ -58,7 +58,7 @@ def optimize(
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
-    from tik_agent.agents.factory import make_agent
+    from tik_agent.agents.factory import check_agent, make_agent
     from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
     from tik_agent.search.interrupts import stop_on_signals
     from tik_agent.search.optimize import Optimizer
@@ -108,8 +108,12 @@ def optimize(
         from tik_agent.spec.tunables import load_probes
 
         load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
+    # Last of the checks before anything is created: the one that needs the network.
+    note = check_agent(the_agent)
     say("run directory: ", (str(path), "bold"))
     logging.getLogger("tik_agent").info("%s", explanation)
+    if note is not None:
+        logging.getLogger("tik_agent").warning("%s", note)
     session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
     if probes is not None:
         shutil.copyfile(probes, session.path / rundir.PROBES_FILE)

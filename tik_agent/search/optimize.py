@@ -237,7 +237,8 @@ class Optimizer:
             self._agent_failures += 1
             n = self._agent_failures
             if not exc.transient or n > len(AGENT_RETRY_S):
-                log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
+                if self._stop is None:  # said once, however many threads met the failure
+                    log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
                 self._stop = self._stop or StopReason.AGENT_UNAVAILABLE
             else:
                 delay = AGENT_RETRY_S[n - 1]
