@@ -2,7 +2,8 @@
 
 The server (http.server on 127.0.0.1, port 0, in a thread) speaks the two APIs in
 the mode the backends use: non-streaming ``POST /v1/messages`` and
-``POST /v1/chat/completions``.  Each test scripts its responses, including 429s,
+``POST /v1/chat/completions``, and the start-up check's ``GET /v1/models/{model}``
+(anthropic) and ``GET /v1/models`` (openai).  Each test scripts its responses, including 429s,
 500s, time-outs, replies without code and malformed bodies.  No network.
 """
 
@@ -88,10 +89,15 @@ class LoopbackServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def do_GET(self) -> None:  # the start-up check's model lookup
+                self._answer({})
+
             def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                self._answer(json.loads(self.rfile.read(int(self.headers.get("content-length", 0)))))
+
+            def _answer(self, body: dict) -> None:
                 with server._lock:
-                    server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw)))
+                    server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     reply = server.script.popleft() if server.script else Reply(599, b'{"error": "script exhausted"}')
                 time.sleep(reply.delay_s)
                 try:
@@ -139,7 +145,13 @@ FAST_RETRY = {"retry-after-ms": "1"}
 class AnthropicAPI:
     name = "anthropic"
     path = "/v1/messages"
+    models_path = f"/v1/models/{MODEL}"
     key = ANTHROPIC_KEY
+
+    @staticmethod
+    def models_ok() -> Reply:
+        body = {"type": "model", "id": MODEL, "display_name": "Test", "created_at": "2026-01-01T00:00:00Z"}
+        return Reply(200, json.dumps(body).encode())
 
     @staticmethod
     def make(url: str, **kw) -> AnthropicAgent:
@@ -167,7 +179,13 @@ class AnthropicAPI:
 class OpenAIAPI:
     name = "openai"
     path = "/v1/chat/completions"
+    models_path = "/v1/models"
     key = OPENAI_KEY
+
+    @staticmethod
+    def models_ok(*ids: str) -> Reply:
+        data = [{"id": i, "object": "model", "created": 0, "owned_by": "test"} for i in ids or (MODEL,)]
+        return Reply(200, json.dumps({"object": "list", "data": data}).encode())
 
     @staticmethod
     def make(url: str, **kw) -> OpenAIAgent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -19,18 +20,22 @@ OUTCOMES = [AttemptOutcome.ACCEPTED, AttemptOutcome.NOT_FASTER, AttemptOutcome.P
 
 
 def snapshot(n_recent: int = 10) -> Snapshot:
+    # Odd attempts come from the seed (one measurement: the same figure against the parent),
+    # even ones from a0001.
     recent = [AttemptRecord(
-        attempt_id=f"a{i:04d}", index=i, parent_commit="c" * 40, parent_id="seed", outcome=OUTCOMES[i % len(OUTCOMES)],
+        attempt_id=f"a{i:04d}", index=i, parent_commit="c" * 40, parent_id="seed" if i % 2 else "a0001",
+        outcome=OUTCOMES[i % len(OUTCOMES)],
         reason="[missing-jit] a long reason that goes on well past the width of any terminal " * 2,
-        rationale="ROWS_PER_PROGRAM = 16 (was 1)", speedup=1.0 + i / 10, speedup_vs_parent=1.0 + i / 20,
+        rationale="ROWS_PER_PROGRAM = 16 (was 1)", speedup=1.0 + i / 10,
+        speedup_vs_parent=1.0 + i / 10 if i % 2 else 1.0 + i / 20, noise=0.04,
         eval_s=12.0) for i in range(1, n_recent + 1)]
     now = time.time()
-    flight = [Ticket("a0099", 99, Member("d" * 40, "a0007", 2.5), started=now - 300, stage="evaluating",
+    flight = [Ticket("a0099", 99, Member("d" * 40, "a0007", 2.5, 0.06), started=now - 300, stage="evaluating",
                      stage_started=now - 20)]
     return Snapshot(run_id="20261201-090000-rmsnorm", seed="rmsnorm", agent="offline", model=None, workers=1,
                     gauges=gauges(Limits(iterations=200, time_s=8 * 3600), Spend(10, 1, 600.0, 0, 0.0, 3)),
-                    best=Member("e" * 40, "a0001", 1.1), accepted=2, outcomes={}, in_flight=flight, recent=recent,
-                    frontier=[Member("e" * 40, "a0001", 1.1)])
+                    best=Member("e" * 40, "a0001", 1.1, 0.04), accepted=2, outcomes={}, in_flight=flight,
+                    recent=recent, frontier=[Member("e" * 40, "a0001", 1.1, 0.04), Member("f" * 40, "seed", 1.0)])
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (200, 50)])
@@ -40,17 +45,48 @@ def test_the_attempts_table_reads_at_80_and_200_columns(width, height):
     lines = console.export_text().splitlines()
     assert len(lines) <= height
     assert max(len(ln) for ln in lines) <= width
-    rows = [ln for ln in lines if ln.strip().startswith("a00") and "seed" in ln]
+    rows = [ln for ln in lines if re.match(r"a00\d\d\s+(seed|a0001)\s", ln.strip())]
     assert len(rows) >= 5, "\n".join(lines)
-    for row in rows:  # every fixed column whole: id, parent, outcome, both speedups, eval time
+    for row in rows:  # every fixed column whole: id, parent, outcome, speedups and their spread, eval time
         cells = row.split()
-        assert cells[0].startswith("a00") and cells[1] == "seed"
         assert cells[2] in {o.value for o in OUTCOMES}
-        assert cells[3].endswith("x") and cells[4].endswith("x") and cells[6] == "s"
-        assert len(" ".join(cells[7:])) >= 12   # the idea/reason keeps room, cut to one line
+        assert re.fullmatch(r"\d\.\d{3}x", cells[3]) and cells[4] == "4%"   # vs seed, then its spread
+        if cells[1] == "seed":   # one measurement, one figure: no separate figure against the parent
+            idea = cells[7:]
+            assert cells[5:7] == ["12", "s"]
+        else:
+            idea = cells[8:]
+            assert re.fullmatch(r"\d\.\d{3}x", cells[5]) and cells[6:8] == ["12", "s"]
+        assert len(" ".join(idea)) >= 12   # the idea/reason keeps room, cut to one line
+    assert {row.split()[1] for row in rows} == {"seed", "a0001"}
     assert any("[missing-jit]" in row for row in rows)  # brackets survive (no markup)
     text = "\n".join(lines)
     assert "evaluating 20 s (attempt 300 s)" in text  # the stage timer counts from the stage's start
+
+
+def test_every_speedup_in_the_view_carries_its_spread():
+    console = Console(record=True, width=200, height=50, file=open("/dev/null", "w"))
+    console.print(render(snapshot(), console))
+    text = console.export_text()
+    head = text[:text.index("recent attempts")]
+    figures = re.findall(r"\d+\.\d+x(?: ±\S+)?", head)
+    assert figures and all("±" in f for f in figures), figures   # best, frontier, in flight
+    assert "best 1.100x ±4% the seed" in head and "frontier: a0001 1.10x ±4%, seed" in head
+    assert "a0099 from a0007 2.50x ±6%: evaluating" in head
+
+
+def test_attempts_too_noisy_to_rank_are_a_warning_line():
+    import dataclasses
+
+    quiet = render(snapshot())
+    noisy = dataclasses.replace(snapshot(), noise_margin=0.05, too_noisy=[
+        {"attempt_id": "a0004", "retimes": 2, "noise": 0.39, "outcome": "not_faster", "resolved": False}])
+    console = Console(record=True, width=200, height=50, file=open("/dev/null", "w"))
+    console.print(quiet)
+    assert "too noisy" not in console.export_text()
+    console.print(render(noisy))
+    assert ("timing too noisy to rank 1 attempt(s) (noise above the 5% margin): re-timed with more rounds; "
+            "last a0004: re-timed 2x, noise ±39%, still too noisy: not_faster") in console.export_text()
 
 
 def test_a_short_terminal_shows_fewer_rows_not_a_cropped_view():

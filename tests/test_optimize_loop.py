@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import stat
 import threading
 import time
@@ -14,6 +15,9 @@ from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent
 from tik_agent.search import optimize as optimize_mod
 from tik_agent.run import rundir
 from tik_agent.agents.base import AgentUnavailable, Usage
+from tik_agent.cli import run as cli
+from tik_agent.cli.view_commands import _last_verdict
+from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.run.journal import AttemptOutcome, Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.search.interrupts import kill_sandboxes
@@ -26,11 +30,11 @@ CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-
                      "Device", "Agent", "Model", "Tokens-Input", "Tokens-Output"}
 
 
-def optimize(path, agent, workers=None, **limits):
+def optimize(path, agent, workers=None, executor=None, **limits):
     config = RunConfig.load(path).extended(limits=limits, workers=workers)
     session = rundir.reopen(path, config)
     try:
-        optimizer = Optimizer(session, agent)
+        optimizer = Optimizer(session, agent, executor=executor)
         return optimizer.run()
     finally:
         session.close()
@@ -85,7 +89,8 @@ def test_promotion_and_the_run_on_disk(run):
     # every attempt kept, immutably
     files = {p.name: sorted(f.name for f in p.iterdir()) for p in (run / "attempts").iterdir()}
     assert {"candidate.py", "parent.py", "diff.patch", "prompt.md", "reply.md", "report.json", "confirm.json",
-            "evaluation.json", "record.json", "rationale.txt"} == set(files["a0001"])
+            "evaluation.json", "record.json", "rationale.txt"} == {
+        f for f in files["a0001"] if not re.fullmatch(r"(report|confirm)-\d+\.json", f)}  # re-times if too noisy
     assert "confirm.json" not in files["a0002"] and "candidate.py" not in files["a0003"]
     for path in (run / "attempts").rglob("*"):
         assert path.is_dir() or not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
@@ -203,10 +208,29 @@ def test_an_unavailable_agent_pauses_then_stops(run, monkeypatch):
 
     class Down(ScriptedAgent):
         def propose(self, context):
+            time.sleep(0.5)   # as an SDK's own tries take time: the other thread takes its attempt meanwhile
             raise AgentUnavailable("invalid x-api-key", transient=False)
 
-    summary = optimize(run, Down([None]), iterations=5)
+    logger = logging.getLogger("tik_agent")
+    handler = _Collect()
+    logger.addHandler(handler)  # the CLI tests may have turned propagation off
+    try:
+        summary = optimize(run, Down([None]), iterations=5)
+    finally:
+        logger.removeHandler(handler)
     assert summary.stop_reason == "agent_unavailable" and summary.iterations == 2
+    # Both attempt threads met the failure; the stop is said once.
+    stops = [m for m in handler.messages if m.startswith("the agent is unavailable: invalid x-api-key; stopping")]
+    assert len(stops) == 1, handler.messages
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
 def test_a_bug_stops_the_run_with_reason_error(run, caplog):
@@ -253,3 +277,119 @@ def test_a_source_from_another_parent_reuses_the_earlier_verdict(run):
     assert [k.attempt_id for k in open_run(run).accepted()] == ["a0002"]
     # every later context tells the agent what the run has already seen
     assert len(agent.contexts[2].seen_sources) >= 3   # seed, a0001, a0002
+
+
+# --------------------------------------------------------------------------- timing figures and noise
+
+
+@pytest.mark.slow
+def test_a_kernel_from_the_seed_is_one_measurement_shown_as_one_figure(run, capsys):
+    """The seed is timed once, as the seed: no parent timing, and every view shows one figure."""
+    optimize(run, ScriptedAgent([FASTER]), iterations=1)
+    assert outcomes(run) == {"a0001": AttemptOutcome.ACCEPTED}
+    for name in ("report.json", "confirm.json"):
+        verdict = json.loads((run / "attempts" / "a0001" / name).read_text())
+        assert not any("parent" in cell for cell in verdict["timing"])   # the seed was not timed twice
+        assert verdict["speedup_vs_parent"] == verdict["speedup"]
+    [kernel] = open_run(run).accepted()
+    assert kernel.trailers["Speedup-Vs-Parent"] == kernel.trailers["Speedup-Vs-Seed"]
+    assert float(kernel.trailers["Noise"]) >= 0
+
+    capsys.readouterr()
+    shown = {}
+    for args in (["lineage", str(run)], ["show", str(run), "a0001"], ["show", str(run), "main"],
+                 ["runs", str(run)]):
+        assert cli(args) == 0
+        out = shown[" ".join(args[::2])] = capsys.readouterr().out
+        figures = re.findall(r"\d+\.\d+x(?: ±\S+)?", out)
+        assert figures and all(" ±" in f for f in figures), (args, out)   # every speedup with its spread
+        for line in out.splitlines():   # one measurement: never a second figure against the parent
+            if "a0001" in line or line.startswith("evaluation:"):
+                assert len(re.findall(r"\d+\.\d+x ±", line)) <= 1 and "parent" not in line, (args, line)
+        if args[0] == "show":
+            assert " parent " not in out.split("timing (median ms)")[1]   # no parent column in the table
+            assert not re.search(r"x ±\S+ the parent", out)             # nor a figure against it
+    assert re.search(r"a0001 \d+\.\d{3}x ±\S+ the seed ", shown["lineage"])
+    assert re.search(r"evaluation: passed, parity \d+/\d+ cases, \d+\.\d{3}x ±\S+ the seed, noise", shown["show a0001"])
+
+
+class _FakeSlot:
+    """Answers each evaluation with the next scripted verdict; notes its rounds and parent."""
+
+    name, node = "fake", "here"
+
+    def __init__(self, verdicts):
+        self.verdicts = list(verdicts)
+        self.calls = []
+
+    def evaluate(self, spec, candidate, options, reference=None, parent=None):
+        self.calls.append((options.rounds, parent))
+        return self.verdicts.pop(0)
+
+
+class _FakeExecutor:
+    kind, slots = "local", 1
+
+    def __init__(self, verdicts):
+        self.slot = _FakeSlot(verdicts)
+
+    def acquire(self):
+        return self.slot
+
+    def release(self, slot):
+        pass
+
+    def placement(self):
+        return [(self.slot.name, self.slot.node)]
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def timed(speedup, noise, low):
+    """A passed verdict of a candidate from the seed: timed against the seed only."""
+    return Verdict(Outcome.PASSED, None, speedup=speedup, speedup_low=low, noise=noise, cases=[{"passed": True}],
+                   environment={"device": "cpu"})
+
+
+def test_a_verdict_too_noisy_to_rank_is_retimed_with_more_rounds_then_decided(run):
+    # 1.20x the seed, faster in every round, but 40% noise: neither a rejection nor a promotion.
+    executor = _FakeExecutor([timed(1.20, 0.40, 1.05), timed(1.30, 0.02, 1.20), timed(1.31, 0.02, 1.21)])
+    summary = optimize(run, ScriptedAgent([FASTER]), executor=executor, iterations=1)
+    [record] = finished_records(run)
+    assert record.outcome is AttemptOutcome.ACCEPTED and record.retimes == 1 and not record.noisy
+    assert executor.slot.calls == [(5, None), (10, None), (10, None)]   # re-timed with twice the rounds
+    assert sorted(p.name for p in (run / "attempts" / "a0001").glob("[rc]*.json")) == [
+        "confirm.json", "record.json", "report-2.json", "report.json"]
+    [kernel] = open_run(run).accepted()
+    assert kernel.trailers["Noise-Retimes"] == "1" and kernel.trailers["Noise"] == "0.0200"
+    assert kernel.trailers["Speedup-Vs-Parent"] == kernel.trailers["Speedup-Vs-Seed"] == "1.310"
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk["noise_margin"] == 0.05 and on_disk["best_noise"] == 0.02
+    assert on_disk["too_noisy"] == [{"attempt_id": "a0001", "retimes": 1, "noise": 0.02, "outcome": "accepted",
+                                     "resolved": True}]
+    assert summary.too_noisy == on_disk["too_noisy"]
+
+
+def test_a_candidate_still_too_noisy_after_the_retimes_is_not_promoted_and_says_so(run):
+    executor = _FakeExecutor([timed(1.20, 0.40, 1.05), timed(1.25, 0.35, 1.04), timed(1.21, 0.30, 1.03)])
+    logger, handler = logging.getLogger("tik_agent"), _Collect()
+    logger.addHandler(handler)  # the CLI tests may have turned propagation off
+    try:
+        optimize(run, ScriptedAgent([FASTER]), executor=executor, iterations=1)
+    finally:
+        logger.removeHandler(handler)
+    [record] = finished_records(run)
+    assert record.outcome is AttemptOutcome.NOT_FASTER and record.noisy and record.retimes == 2
+    assert record.reason.startswith("too noisy to rank: 1.210x ±30% the seed") and "after 2 re-times" in record.reason
+    assert [rounds for rounds, _ in executor.slot.calls] == [5, 10, 20]
+    warnings = [m for m in handler.messages if m.startswith("a0001: too noisy to rank")]
+    assert len(warnings) == 2 and "re-timing with 20 rounds (2 of 2)" in warnings[1]
+    assert _last_verdict(run / "attempts" / "a0001")["speedup"] == 1.21   # show reads the deciding verdict
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk["too_noisy"] == [{"attempt_id": "a0001", "retimes": 2, "noise": 0.30, "outcome": "not_faster",
+                                     "resolved": False}]
+    assert open_run(run).accepted() == []

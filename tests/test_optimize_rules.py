@@ -12,7 +12,8 @@ from tik_agent.errors import UsageError
 from tik_agent.search.frontier import EXHAUSTED_AFTER, Frontier, Member, attempt_rng
 from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
                                atomic_write_json)
-from tik_agent.search.promotion import confirm, screen
+from tik_agent import figures
+from tik_agent.search.promotion import Decision, confirm, screen, seed_is_parent, unresolved
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings, parse_duration
 
@@ -30,18 +31,22 @@ def test_a_failed_verdict_is_rejected_with_its_own_outcome(outcome):
     assert d.outcome.value == outcome.value and d.reason == "why"
 
 
-@pytest.mark.parametrize("vs_parent,noise,promising", [
-    (1.50, 0.01, True),
-    (1.03, 0.01, True),     # beyond the floor and the noise
-    (1.015, 0.001, False),  # within the floor
-    (1.10, 0.12, False),    # within the noise
-    (0.80, 0.01, False),
+@pytest.mark.parametrize("vs_parent,noise,expected", [
+    (1.50, 0.01, "promising"),
+    (1.03, 0.01, "promising"),     # beyond the floor and the noise
+    (1.015, 0.001, "not_faster"),  # within the floor
+    (1.015, 0.30, "not_faster"),   # within the floor, however noisy
+    (1.10, 0.12, "noisy"),         # above the floor, within the noise: too noisy to rank
+    (0.80, 0.01, "not_faster"),
 ])
-def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, noise, promising):
+def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, noise, expected):
     d = screen(verdict(vs_parent=vs_parent, noise=noise), floor=0.02)
-    assert (d.outcome is None) == promising
-    if not promising:
-        assert d.outcome is AttemptOutcome.NOT_FASTER and "within the noise" in d.reason
+    if expected == "promising":
+        assert d.outcome is None and not d.noisy
+    elif expected == "noisy":   # decides nothing: the loop re-times it
+        assert d.outcome is None and d.noisy and d.reason.startswith("too noisy to rank")
+    else:
+        assert d.outcome is AttemptOutcome.NOT_FASTER and "within the noise" in d.reason and not d.noisy
 
 
 def test_a_gain_must_hold_in_every_interleaved_round():
@@ -51,6 +56,43 @@ def test_a_gain_must_hold_in_every_interleaved_round():
     assert d.outcome is AttemptOutcome.NOT_FASTER and "not faster in every round" in d.reason
     v.speedup_vs_parent_low = 1.04
     assert screen(v, floor=0.02).outcome is None
+
+
+def test_a_noisy_verdict_is_decided_by_a_lost_round_but_not_by_the_noise():
+    v = verdict(vs_parent=1.20, noise=0.40)
+    v.speedup_vs_parent_low = 0.95     # lost a round: decided by the paired rounds, whatever the noise
+    d = screen(v, floor=0.05)
+    assert d.outcome is AttemptOutcome.NOT_FASTER and not d.noisy
+    v.speedup_vs_parent_low = 1.02     # won every round, gain within the noise: no decision
+    d = screen(v, floor=0.05)
+    assert d.outcome is None and d.noisy
+    v.noise = 0.04                     # the same gain on a quiet machine: promising
+    assert screen(v, floor=0.05) == Decision(None, screen(v, floor=0.05).reason)
+
+
+def test_a_confirmation_too_noisy_to_rank_decides_nothing_until_the_retimes_are_spent():
+    d = confirm(verdict(vs_parent=1.2, noise=0.3), 0.05)
+    assert d.outcome is None and d.noisy and d.reason.startswith("confirming run: too noisy to rank")
+    settled = unresolved(d, confirming=True, retimes=2)
+    assert settled.outcome is AttemptOutcome.UNCONFIRMED and settled.noisy
+    assert settled.reason.endswith("after 2 re-times; not promoted")
+    assert unresolved(screen(verdict(vs_parent=1.2, noise=0.3), 0.05), False, 1).outcome is AttemptOutcome.NOT_FASTER
+
+
+def test_a_candidate_from_the_seed_has_one_measurement():
+    v = Verdict(Outcome.PASSED, None, speedup=2.5, speedup_low=2.1, noise=0.03)
+    seed_is_parent(v)
+    assert (v.speedup_vs_parent, v.speedup_vs_parent_low) == (2.5, 2.1)
+    assert screen(v, 0.05).outcome is None
+
+
+@pytest.mark.parametrize("noise, text", [(0.041, "±4%"), (0.004, "±0.4%"), (0.0, "±0%"), (None, "±?"),
+                                         (0.63, "±63%")])
+def test_every_speedup_is_written_with_its_spread(noise, text):
+    assert figures.spread(noise) == text
+    assert figures.speedup(2.957, noise) == f"2.957x {text}"
+    assert figures.speedups(3.65, 1.21, noise, False) == f"3.650x {text} the seed (1.210x {text} its parent)"
+    assert figures.speedups(3.65, 3.65, noise, True) == f"3.650x {text} the seed"   # one measurement, one figure
 
 
 def test_paired_round_speedups_cancel_drift():
@@ -175,6 +217,14 @@ def test_run_config_round_trip_and_extension(tmp_path):
     longer = c.extended(limits={"iterations": 10, "patience": None, "time_s": 60.0}, workers=2)
     assert longer.limits == Limits(iterations=10, time_s=60.0) and longer.workers == 2
     assert longer.seed_name == c.seed_name
+
+
+def test_noisy_retimes_is_checked_and_defaults_for_older_runs(tmp_path):
+    with pytest.raises(UsageError, match="noisy_retimes: must be >= 0 .got -1."):
+        SearchSettings(noisy_retimes=-1)
+    data = config().to_dict()
+    del data["search"]["noisy_retimes"]   # run.json of a run made before the setting existed
+    assert RunConfig.from_dict(data).search.noisy_retimes == 2
 
 
 def test_binding_names_the_field_and_both_values():

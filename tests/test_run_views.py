@@ -59,11 +59,32 @@ def test_the_attempt_axis_has_integer_ticks_with_few_attempts(run):
     assert all(float(t).is_integer() for t in speed.get_xticks() if low <= t <= high)
 
 
-@pytest.mark.parametrize("promoted, words", [(False, "measured 1.900x the seed (not promoted)"),
-                                             (True, "1.900x the seed")])
+@pytest.mark.parametrize("promoted, words", [(False, "measured 1.900x ±3% the seed (not promoted)"),
+                                             (True, "1.900x ±3% the seed")])
 def test_show_states_a_rejected_attempts_speedup_as_a_measurement(capsys, promoted, words):
-    view_commands._print_report({"outcome": "passed", "cases": [{"passed": True}], "speedup": 1.9}, promoted)
+    view_commands._print_report({"outcome": "passed", "cases": [{"passed": True}], "speedup": 1.9, "noise": 0.03},
+                                promoted)
     text = capsys.readouterr().out
     assert words in text and (promoted or "not promoted" in text)
     if promoted:
         assert "not promoted" not in text
+
+
+def _timed_report(parent_ms=None):
+    cell = {"name": "small", "shape": "M=16, N=512, float32", "seed": {"median_ms": 2.0},
+            "candidate": {"median_ms": 0.548}, "speedup": 2.0 / 0.548, "noise": 0.04}
+    if parent_ms is not None:
+        cell["parent"] = {"median_ms": parent_ms}
+    return {"outcome": "passed", "cases": [{"passed": True}], "speedup": 2.0 / 0.548, "noise": 0.04,
+            "speedup_vs_parent": 2.0 / 0.548 if parent_ms is None else parent_ms / 0.548, "timing": [cell]}
+
+
+def test_show_gives_one_figure_when_the_parent_is_the_seed(capsys):
+    view_commands._print_report(_timed_report(), True, parent_is_seed=True)
+    text = capsys.readouterr().out
+    assert "evaluation: passed, parity 1/1 cases, 3.650x ±4% the seed, noise 4.0%" in text
+    assert "parent" not in text   # one measurement: no second figure, no parent column
+    # Control: a kernel from another kernel has its own figure against the parent, and its column.
+    view_commands._print_report(_timed_report(parent_ms=0.663), True, parent_is_seed=False)
+    text = capsys.readouterr().out
+    assert "3.650x ±4% the seed (1.210x ±4% the parent)" in text and "parent" in text.split("timing")[1]

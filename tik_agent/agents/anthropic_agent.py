@@ -4,13 +4,16 @@ The client is created once and shared by all threads (the SDK client is
 thread-safe).  Retries on 429, 5xx and time-outs are the SDK's own
 (``max_retries``, exponential backoff honouring ``Retry-After``); the key and
 the base URL come from the factory, which reads ``ANTHROPIC_API_KEY`` and
-``ANTHROPIC_BASE_URL``.  The key lives only inside the SDK client.
+``ANTHROPIC_BASE_URL``.  The key lives only inside the SDK client.  The start-up
+check looks the model up (``GET /v1/models/{model}``: free, needs the key, 404 for
+an unknown model; aliases are accepted).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from types import ModuleType
 
 import anthropic
 
@@ -42,11 +45,17 @@ class AnthropicAgent(ChatAgent):
         timeout_s: float = 300.0,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     ) -> None:
-        super().__init__(model=model, prompts=prompts, prices=prices)
+        super().__init__(model=model, prompts=prompts, prices=prices, base_url=base_url)
         self._max_output_tokens = max_output_tokens
         self._client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
         )
+
+    def _sdk(self) -> ModuleType:
+        return anthropic
+
+    def _probe(self, timeout_s: float) -> None:
+        self._client.with_options(max_retries=0, timeout=timeout_s).models.retrieve(self.model)
 
     def _complete(self, system: str, user: str) -> Completion:
         try:

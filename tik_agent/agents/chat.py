@@ -14,6 +14,13 @@ translates its SDK's exceptions with :func:`translate_sdk_error`:
 * a request the provider refuses on its merits (400, 413, 422: e.g. a prompt too
   long for the model) and a response body that cannot be read become a failed
   :class:`Proposal` with an error, recorded like a reply without code.
+
+Before a run creates anything, :meth:`ChatAgent.check` makes one cheap request
+(a model lookup: no tokens) with a short time-out and no retries, so that an
+unreachable server, a refused key or an unknown model is one line in seconds
+(:class:`EndpointError`, exit 2) rather than a seed audit and ten minutes of
+backoff.  A rate limit or a server error at that moment is no reason to refuse:
+the run's own retries deal with those.
 """
 
 from __future__ import annotations
@@ -22,16 +29,20 @@ import json
 import logging
 from dataclasses import dataclass
 from types import ModuleType
+from urllib.parse import urlsplit, urlunsplit
 
 from tik_agent.agents.base import AgentContext, AgentUnavailable, Proposal, Usage, redact
 from tik_agent.agents.pricing import PriceTable
 from tik_agent.agents.prompts import PromptRenderer
 from tik_agent.agents.replies import parse_reply
+from tik_agent.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 # Finish reasons that mean "the model ran out of output tokens".
 _TRUNCATED = {"max_tokens", "length", "model_context_window_exceeded"}
+# The start-up check's limit for connecting and for the answer (seconds); it never retries.
+CHECK_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ class MalformedResponse(Exception):
 
 class RequestRejected(Exception):
     """The provider refused this particular request (4xx other than auth and rate limits)."""
+
+
+class EndpointError(UsageError):
+    """The start-up check found that the provider cannot serve the run: unreachable, the key
+    refused, the model unknown.  Bad input, so exit 2."""
 
 
 def translate_sdk_error(err: Exception, sdk: ModuleType, provider: str, model: str) -> Exception:
@@ -78,6 +94,38 @@ def translate_sdk_error(err: Exception, sdk: ModuleType, provider: str, model: s
     return err
 
 
+def check_failure(err: Exception, sdk: ModuleType, model: str, timeout_s: float) -> EndpointError | None:
+    """What an exception of the start-up check means: an :class:`EndpointError`, or None when
+    the server answered with a fault that the run's retries deal with (429, 5xx, other 4xx).
+
+    The server's own text is left out of a refused key's message: some providers echo
+    part of the key there."""
+    if isinstance(err, sdk.APIStatusError):
+        status = err.status_code
+        if status in (401, 403):
+            return EndpointError(f"the server refused the credentials (HTTP {status}): check the API key")
+        if status == 404:
+            return EndpointError(f"HTTP 404 for model {model!r}: unknown model or wrong base URL "
+                                 f"({_short(redact(str(err)), 200)})")
+        return None
+    if isinstance(err, sdk.APITimeoutError):
+        return EndpointError(f"no answer within {timeout_s:g} s")
+    if isinstance(err, sdk.APIConnectionError):
+        return EndpointError(f"could not be reached ({_short(redact(str(err.__cause__ or err)), 200)})")
+    return None
+
+
+def display_url(url: str) -> str:
+    """``url`` without any user:password part, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
 def _short(text: str, limit: int = 500) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + " [...]"
@@ -88,13 +136,42 @@ class ChatAgent:
 
     name = "chat"
 
-    def __init__(self, *, model: str, prompts: PromptRenderer, prices: PriceTable) -> None:
+    def __init__(self, *, model: str, prompts: PromptRenderer, prices: PriceTable, base_url: str = "") -> None:
         self.model: str = model
         self._prompts = prompts
         self._prices = prices
+        self.where = display_url(base_url)
 
     def _complete(self, system: str, user: str) -> Completion:
         raise NotImplementedError
+
+    def _probe(self, timeout_s: float) -> None:
+        """One request that needs the server, the key and the model, and costs no tokens;
+        raises :class:`EndpointError` or the SDK's own exception."""
+        raise NotImplementedError
+
+    def _sdk(self) -> ModuleType:
+        raise NotImplementedError
+
+    def check(self, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+        """The start-up check: raises :class:`EndpointError` (one line naming the agent, the
+        model and the URL, never the key) when the run cannot work; returns a note when the
+        server answered with a fault that the run's retries deal with, else None."""
+        try:
+            self._probe(timeout_s)
+        except EndpointError as err:
+            raise EndpointError(f"--agent {self.name}, model {self.model} at {self.where}: {err}") from None
+        except Exception as err:
+            sdk = self._sdk()
+            if not isinstance(err, (sdk.APIError, json.JSONDecodeError)):
+                raise
+            failure = check_failure(err, sdk, self.model, timeout_s)
+            if failure is not None:
+                raise EndpointError(f"--agent {self.name}, model {self.model} at {self.where}: {failure}") from None
+            status = getattr(err, "status_code", None)
+            what = f"HTTP {status}" if status is not None else "an unreadable answer"
+            return f"{self.name} at {self.where} gave the start-up check {what}; going on (the run retries such faults)"
+        return None
 
     def propose(self, context: AgentContext) -> Proposal:
         rendered = self._prompts.render(context)

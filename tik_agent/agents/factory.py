@@ -7,7 +7,8 @@ set, else ``openai`` when ``OPENAI_API_KEY`` is set, else ``offline``.
 ``openai`` agent pointed at a base URL works without a key (local servers).
 
 The SDK modules are imported only when their backend is built, so the offline
-agent never imports them.  Keys go straight into the SDK client: they never
+agent never imports them.  :func:`check_agent` is the start-up check a run makes
+before it creates anything.  Keys go straight into the SDK client: they never
 appear in the explanation, in logs or in prompts.
 """
 
@@ -17,9 +18,9 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from tik_agent.agents.base import Agent
+from tik_agent.agents.chat import CHECK_TIMEOUT_S, ChatAgent, display_url
 from tik_agent.agents.offline import OfflineAgent
 from tik_agent.agents.pricing import PriceTable
 from tik_agent.agents.prompts import PromptRenderer
@@ -106,6 +107,16 @@ def make_agent(
     return agent, f"agent: {kind}, model {chosen} at {display_url(url)} [{why}]"
 
 
+def check_agent(agent: Agent, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+    """The start-up check of an LLM agent: one cheap request, before anything of the run exists.
+
+    Raises :class:`~tik_agent.agents.chat.EndpointError` (a usage error: exit 2) when the
+    server cannot be reached, refuses the key or does not know the model; returns a note
+    to log when it answered with a transient fault.  The offline agent needs no check.
+    """
+    return agent.check(timeout_s) if isinstance(agent, ChatAgent) else None
+
+
 def _require_sdk(name: str) -> None:
     """A one-line usage error instead of an ImportError deep in the agent module: the SDKs
     are dependencies, but an install with --no-deps (a node's wheel folder) can lack one."""
@@ -114,14 +125,3 @@ def _require_sdk(name: str) -> None:
     if importlib.util.find_spec(name) is None:
         raise UsageError(f"--agent {name} needs the {name} package, a dependency of tik-agent that is not "
                          f"installed here: pip install {name} (or use --agent offline)")
-
-
-def display_url(url: str) -> str:
-    """``url`` without any user:password part, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))

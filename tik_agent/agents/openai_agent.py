@@ -4,17 +4,21 @@ Works with api.openai.com and with any server that speaks the chat completions
 API (vLLM, llama.cpp, Ollama, LM Studio, ...) through ``base_url``.  The client
 is created once and shared by all threads.  Retries on 429, 5xx and time-outs
 are the SDK's own (``max_retries``, exponential backoff honouring
-``Retry-After``).  The key lives only inside the SDK client.
+``Retry-After``).  The key lives only inside the SDK client.  The start-up check
+lists the server's models (``GET /models``: free, needs the key; vLLM, SGLang,
+Ollama and llama.cpp serve the list but not a lookup of one model) and refuses a
+model the list does not name.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from types import ModuleType
 
 import openai
 
-from tik_agent.agents.chat import ChatAgent, Completion, MalformedResponse, translate_sdk_error
+from tik_agent.agents.chat import ChatAgent, Completion, EndpointError, MalformedResponse, translate_sdk_error
 from tik_agent.agents.pricing import PriceTable
 from tik_agent.agents.prompts import PromptRenderer
 
@@ -39,13 +43,22 @@ class OpenAIAgent(ChatAgent):
         timeout_s: float = 300.0,
         max_output_tokens: int | None = None,
     ) -> None:
-        super().__init__(model=model, prompts=prompts, prices=prices)
+        super().__init__(model=model, prompts=prompts, prices=prices, base_url=base_url)
         # None leaves the limit to the server: local servers differ in which of
         # max_tokens / max_completion_tokens they accept.
         self._max_output_tokens = max_output_tokens
         self._client = openai.OpenAI(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
         )
+
+    def _sdk(self) -> ModuleType:
+        return openai
+
+    def _probe(self, timeout_s: float) -> None:
+        listed = [m.id for m in self._client.with_options(max_retries=0, timeout=timeout_s).models.list()]
+        if listed and self.model not in listed:
+            shown = ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
+            raise EndpointError(f"the server lists no model {self.model!r} (it lists {shown}): give one with --model")
 
     def _complete(self, system: str, user: str) -> Completion:
         extra = {} if self._max_output_tokens is None else {"max_completion_tokens": self._max_output_tokens}

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import typer
 
+from tik_agent import figures
 from tik_agent.backends import device as devices
 from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, console, say
 from tik_agent.cli.view_commands import RUNS_DIR
 from tik_agent.errors import UsageError
 from tik_agent.judge.seed_imports import check_seed_imports
 from tik_agent.run.journal import RunSummary
-from tik_agent.run.lineage import KERNEL_FILE
+from tik_agent.run.lineage import KERNEL_FILE, SEED_TAG
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 from tik_agent.spec import seeds
 
@@ -62,7 +63,7 @@ def optimize(
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
-    from tik_agent.agents.factory import make_agent
+    from tik_agent.agents.factory import check_agent, make_agent
     from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
     from tik_agent.search.interrupts import stop_on_signals
     from tik_agent.search.optimize import Optimizer
@@ -112,8 +113,12 @@ def optimize(
         from tik_agent.spec.tunables import load_probes
 
         load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
+    # Last of the checks before anything is created: the one that needs the network.
+    note = check_agent(the_agent)
     say("run directory: ", (str(path), "bold"))
     logging.getLogger("tik_agent").info("%s", explanation)
+    if note is not None:
+        logging.getLogger("tik_agent").warning("%s", note)
     session = (rundir.reopen(path, config, fresh_audit) if resume is not None
                else rundir.create(path, config, fresh_audit))
     if probes is not None:
@@ -193,10 +198,17 @@ def _new_config(path: Path, spec, agent, given: dict, limits: dict, workers: int
 def _print_summary(path: Path, s: RunSummary) -> None:
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(s.outcomes.items())) or "none"
     cost = "unknown" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+    best = ((figures.speedup(s.best_speedup, s.best_noise), "bold green"), f" the seed ({s.best_attempt})") \
+        if s.best_attempt != SEED_TAG else ("the seed itself",)
     say(f"stopped ({s.stop_reason}) after {s.iterations} of {s.iterations_limit} attempts in "
-        f"{format_duration(s.elapsed_s)}: best ", (f"{s.best_speedup:.3f}x", "bold green"),
-        f" the seed ({s.best_attempt}), {s.accepted} accepted; outcomes: {outcomes}; "
+        f"{format_duration(s.elapsed_s)}: best ", *best,
+        f", {s.accepted} accepted; outcomes: {outcomes}; "
         f"tokens {s.input_tokens} in / {s.output_tokens} out, cost {cost}")
+    if s.too_noisy:
+        unresolved = [n["attempt_id"] for n in s.too_noisy if not n["resolved"]]
+        say(("warning:", "yellow"), f" timing too noisy to rank {len(s.too_noisy)} attempt(s) (noise above the "
+            f"{s.noise_margin:.0%} margin): re-timed with more rounds"
+            + (f"; still too noisy, not promoted: {', '.join(unresolved)}" if unresolved else "; all resolved"))
     if s.executor != "local":
         for n in s.nodes:
             say(f"  {s.executor} node {n['node']}: {len(n['slots'])} slot(s), {n['evaluations']} evaluations, "

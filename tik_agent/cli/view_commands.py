@@ -15,12 +15,14 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from tik_agent import figures
 from tik_agent.cli.output import EXIT_OK, EXIT_USAGE, emit, line, output_dir, say, source
 from tik_agent.errors import UsageError
 from tik_agent.run import rundir
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
-from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run
+from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, AcceptedKernel, Lineage, open_run
 from tik_agent.run.runconfig import RunConfig, is_run_dir
+from tik_agent.search.tickets import noise_of
 
 RUNS_DIR = Path("runs")
 
@@ -55,7 +57,7 @@ def runs(directory: Path = typer.Argument(RUNS_DIR, metavar="DIR", help="A direc
             continue
         state = f"running (pid {holder})" if holder else (summary.stop_reason or "killed")
         table.add_row(p.name, summary.seed, agent, f"{summary.iterations}/{summary.iterations_limit}",
-                      str(summary.accepted), f"{summary.best_speedup:.3f}x",
+                      str(summary.accepted), _best(summary),
                       f"{summary.input_tokens + summary.output_tokens:,}",
                       "-" if summary.cost_usd is None else f"${summary.cost_usd:.2f}", state)
     emit(table)
@@ -79,20 +81,20 @@ def lineage(run: Path = typer.Argument(..., metavar="RUN", help="A run directory
     for k in lin.accepted():
         children.setdefault(k.parent_commit, []).append(k)
 
-    def label(commit: str, name: str, speedup: float, vs_parent: float | None) -> Text:
+    def label(commit: str, name: str, figure: str) -> Text:
         n = tried.get(commit, 0)
-        text = line((name, "bold"), f" {speedup:.3f}x the seed",
-                    f" ({vs_parent:.3f}x its parent)" if vs_parent is not None else "",
+        text = line((name, "bold"), f" {figure}" if figure else "",
                     (f" {commit[:10]}, {n} attempt{'' if n == 1 else 's'} from it", "dim"))
         if commit == best:
             text.append("  <- best (main)", style="bold green")
         return text
 
-    tree = Tree(label(root, SEED_TAG, 1.0, None))
+    tree = Tree(label(root, SEED_TAG, "(the reference)"))
 
     def grow(node: Tree, commit: str) -> None:
         for k in children.get(commit, []):
-            grow(node.add(label(k.commit, k.attempt_id, k.speedup_vs_seed, k.speedup_vs_parent)), k.commit)
+            figure = figures.speedups(k.speedup_vs_seed, k.speedup_vs_parent, _noise(lin, k), commit == root)
+            grow(node.add(label(k.commit, k.attempt_id, figure)), k.commit)
 
     grow(tree, root)
     emit(tree)
@@ -119,12 +121,14 @@ def show(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.")
         if record and record.reason:
             say(f"  {record.reason}")
         text = _read(attempt_dir / "candidate.py")
-        report = next((read_json(attempt_dir / n) for n in ("confirm.json", "report.json")
-                       if (attempt_dir / n).is_file()), None)
+        report = _last_verdict(attempt_dir)
         diff = _read(attempt_dir / "diff.patch")
         if record and record.rationale:
             say(f"idea: {record.rationale}")
         promoted = record is not None and record.outcome is AttemptOutcome.ACCEPTED
+        # Unfinished: the report says whether a parent other than the seed was timed.
+        parent_is_seed = record.parent_id == SEED_TAG if record else not any(
+            c.get("parent") for c in (report or {}).get("timing", []))
     else:
         commit = lin.resolve(ident)
         trailers = lin.trailers(commit)
@@ -133,6 +137,7 @@ def show(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.")
         report = _loads(lin.file_at(commit, EVALUATION_FILE), f"{EVALUATION_FILE} of {commit[:12]}")
         parent = lin.parents(commit)
         diff, promoted = None, True
+        parent_is_seed = parent == [lin.root_commit()]
         if parent:
             from tik_agent.search.briefing import source_diff
 
@@ -140,7 +145,7 @@ def show(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.")
     if text is not None:
         source(text)
     if report is not None:
-        _print_report(report, promoted)
+        _print_report(report, promoted, parent_is_seed)
     if diff:
         source(diff, "diff", line_numbers=False)
 
@@ -165,31 +170,63 @@ def _record(path: Path) -> AttemptRecord | None:
         raise UsageError(f"{path}: not an attempt record: {exc}") from None
 
 
-def _print_report(report: dict, promoted: bool) -> None:
+def _best(summary: RunSummary) -> str:
+    """The runs table's best speedup: with its spread, or "-" while the seed is the best."""
+    if summary.best_attempt == SEED_TAG:
+        return "-"
+    return figures.speedup(summary.best_speedup, summary.best_noise)
+
+
+def _noise(lin: Lineage, kernel: AcceptedKernel) -> float | None:
+    """An accepted kernel's spread: its ``Noise`` trailer, else (older runs) its evaluation's."""
+    noise = noise_of(kernel)
+    if noise is None:
+        noise = _loads(lin.file_at(kernel.commit, EVALUATION_FILE), f"{EVALUATION_FILE} of {kernel.commit[:12]}"
+                       ).get("noise")
+    return noise
+
+
+def _last_verdict(attempt_dir: Path) -> dict | None:
+    """The verdict that decided an attempt: the last of confirm.json, confirm-2.json, ... if any,
+    else of report.json, report-2.json, ... (re-times of a verdict too noisy to rank)."""
+    for stage in ("confirm", "report"):
+        found = sorted((int(p.stem.partition("-")[2] or 1), p) for p in attempt_dir.glob(f"{stage}*.json")
+                       if p.stem == stage or p.stem.partition("-")[2].isdigit())
+        if found:
+            return read_json(found[-1][1])
+    return None
+
+
+def _print_report(report: dict, promoted: bool, parent_is_seed: bool = False) -> None:
     """The evaluator's report; only a promoted kernel's speedup is stated as its speed, a
-    rejected attempt's is a measurement that did not count."""
+    rejected attempt's is a measurement that did not count.  When the parent is the seed
+    the seed was timed once: one figure."""
     cases = report.get("cases", [])
     passed = sum(1 for c in cases if c.get("passed"))
     outcome = report.get("outcome", report.get("kind"))
     text = f"evaluation: {outcome}, parity {passed}/{len(cases)} cases"
     speed = report.get("speedup")
-    if speed is not None:
-        text += f", {speed:.3f}x the seed" if promoted else f", measured {speed:.3f}x the seed (not promoted)"
-    if report.get("speedup_vs_parent") is not None:
-        text += f", {report['speedup_vs_parent']:.3f}x the parent"
+    if report.get("kind") == "seed":
+        text += ", the seed's own audit (the reference of every speedup)"
+    elif speed is not None:
+        figure = figures.speedups(speed, report.get("speedup_vs_parent"), report.get("noise"), parent_is_seed,
+                                  "the parent")
+        text += f", {figure}" if promoted else f", measured {figure} (not promoted)"
     if report.get("noise") is not None:
         text += f", noise {report['noise']:.1%}"
     say(text)
     if report.get("reason"):
         say(f"  {report['reason']}")
     if report.get("timing"):
+        timed_parent = any(c.get("parent") for c in report["timing"])
         table = Table(title="timing (median ms)", title_justify="left")
-        for col in ("cell", "shape", "seed", "candidate", "parent", "vs seed"):
+        columns = ["cell", "shape", "seed", "candidate"] + (["parent"] if timed_parent else []) + ["vs seed"]
+        for col in columns:
             table.add_column(col, justify="left" if col in ("cell", "shape") else "right")
         for c in report["timing"]:
-            parent = c.get("parent")
+            parent = [f"{c['parent']['median_ms']:.3f}" if c.get("parent") else "-"] if timed_parent else []
             table.add_row(c["name"], c["shape"], f"{c['seed']['median_ms']:.3f}", f"{c['candidate']['median_ms']:.3f}",
-                          f"{parent['median_ms']:.3f}" if parent else "-", f"{c['speedup']:.3f}x")
+                          *parent, figures.speedup(c["speedup"], c.get("noise")))
         emit(table)
 
 

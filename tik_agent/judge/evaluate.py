@@ -320,9 +320,10 @@ def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: di
             row["device"] = details[row["name"]]
     if timing.get("ceilings"):
         verdict.ceilings = timing["ceilings"]
+    weights = {c.name: c.weight for c in cells}
+    verdict.speedup_low = min(paired_speedups(timing["samples"], weights, "seed"))
     if all(c.parent is not None for c in cells):
         verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
-        weights = {c.name: c.weight for c in cells}
         verdict.speedup_vs_parent_low = min(paired_speedups(timing["samples"], weights, "parent"))
     slow = regressions(cells)
     if slow:

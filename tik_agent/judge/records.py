@@ -30,6 +30,7 @@ class Verdict:
     outcome: Outcome
     reason: str | None
     speedup: float | None = None           # workload-weighted, candidate vs seed
+    speedup_low: float | None = None       # the slowest round's paired speedup over the seed
     speedup_vs_parent: float | None = None
     speedup_vs_parent_low: float | None = None  # the slowest round's paired speedup over the parent
     noise: float | None = None             # weighted relative spread of the timings
@@ -63,6 +64,7 @@ class Verdict:
             "outcome": self.outcome.value,
             "reason": self.reason,
             "speedup": self.speedup,
+            "speedup_low": self.speedup_low,
             "speedup_vs_parent": self.speedup_vs_parent,
             "speedup_vs_parent_low": self.speedup_vs_parent_low,
             "noise": self.noise,
@@ -87,7 +89,7 @@ class Verdict:
         if d.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"verdict schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
         return cls(
-            outcome=Outcome(d["outcome"]), reason=d["reason"], speedup=d["speedup"],
+            outcome=Outcome(d["outcome"]), reason=d["reason"], speedup=d["speedup"], speedup_low=d.get("speedup_low"),
             speedup_vs_parent=d["speedup_vs_parent"], speedup_vs_parent_low=d.get("speedup_vs_parent_low"),
             noise=d["noise"], timer=d["timer"],
             cases=list(d["cases"]), first_mismatch=d["first_mismatch"], timing=list(d["timing"]),

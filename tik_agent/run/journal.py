@@ -99,7 +99,7 @@ class AttemptRecord:
     reason: str | None = None
     speedup: float | None = None    # vs the seed (the confirming run's when accepted)
     speedup_vs_parent: float | None = None
-    noise: float | None = None
+    noise: float | None = None      # the deciding verdict's: the spread of both speedups
     commit: str | None = None       # the lineage commit, when accepted
     cases_passed: int = 0
     cases_total: int = 0
@@ -114,6 +114,8 @@ class AttemptRecord:
     propose_s: float = 0.0
     eval_s: float = 0.0
     restored: bool = False          # rebuilt from its commit after a crash
+    retimes: int = 0                # re-times taken because a verdict was too noisy to rank
+    noisy: bool = False             # still too noisy after them: the outcome was decided under noise
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -155,6 +157,11 @@ class RunSummary:
     # This session's slots per node: {"node", "slots", "evaluations", "busy_s", "lost",
     # "evaluations_per_min"}; empty in summaries written before it was recorded.
     nodes: list[dict] = field(default_factory=list)
+    best_noise: float | None = None  # the spread of best_speedup (None: the seed, or not recorded)
+    # Timing too noisy to rank candidates: the margin (the promotion floor) and one entry per
+    # attempt re-timed for it, {"attempt_id", "retimes", "noise", "outcome", "resolved"}.
+    noise_margin: float | None = None
+    too_noisy: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -80,6 +80,10 @@ class SearchSettings:
     # rounds of the interpreter's wall clock on a shared 2-core machine swing by
     # several percent; a neutral change once passed a 2% floor twice in a row.
     noise_floor: float = 0.05
+    # A verdict too noisy to rank a candidate (its noise above noise_floor, the gain between
+    # the two: see search/promotion.py) is re-timed with twice the rounds, at most this many
+    # times per attempt, before the candidate is set aside as decided under noise.
+    noisy_retimes: int = 2
 
     def __post_init__(self):
         if self.frontier_size < 1:
@@ -88,6 +92,8 @@ class SearchSettings:
             raise UsageError(f"explore: must be within [0, 1] (got {self.explore})")
         if self.noise_floor < 0:
             raise UsageError(f"noise_floor: must be >= 0 (got {self.noise_floor})")
+        if self.noisy_retimes < 0:
+            raise UsageError(f"noisy_retimes: must be >= 0 (got {self.noisy_retimes})")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ class Member:
     commit: str
     name: str          # attempt id, or "seed"
     speedup: float     # against the seed
+    noise: float | None = None   # the spread of that speedup (None: the seed, or not recorded)
 
 
 @dataclass

@@ -29,10 +29,10 @@ import threading
 import time
 from pathlib import Path
 
-from tik_agent.search import promotion
 from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
+from tik_agent.search.evaluations import Abandoned, Evaluations
 from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
 from tik_agent.search.sources import Sources, earlier
@@ -40,7 +40,7 @@ from tik_agent.search.throughput import Throughput
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
-from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, outcome_counts
+from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, noise_of, outcome_counts, too_noisy
 from tik_agent.run.runconfig import utc_now
 from tik_agent.run.rundir import WARM_CACHE, Session
 
@@ -53,10 +53,6 @@ SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made whil
 
 # Outcomes that say the agent had nothing new to offer from a parent (see frontier exhaustion).
 _NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
-
-
-class _Abandoned(Exception):
-    """The run was interrupted while this attempt was in flight."""
 
 
 class Optimizer:
@@ -72,6 +68,7 @@ class Optimizer:
         self._cond = threading.Condition()
         self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
         self._interrupted = threading.Event()
+        self._evaluations = Evaluations(session, self.throughput, self._interrupted)
         self._stop: StopReason | None = None
         self._in_flight: dict[str, Ticket] = {}
         self._records: list[AttemptRecord] = list(session.state.finished.values())
@@ -84,12 +81,11 @@ class Optimizer:
         self._session_start = time.time()
         self._briefing = Briefing(session, self._commit_lock)
         self.frontier = Frontier(cfg.search.frontier_size, cfg.search.explore)
-        self.frontier.add(Member(session.lineage.root_commit(), SEED_TAG, 1.0))
-        for kernel in session.lineage.accepted():
-            self.frontier.add(Member(kernel.commit, kernel.attempt_id, kernel.speedup_vs_seed))
+        members = [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
+            Member(k.commit, k.attempt_id, k.speedup_vs_seed, noise_of(k)) for k in session.lineage.accepted()]
         self._sources = Sources()
-        for member in [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
-                Member(k.commit, k.attempt_id, k.speedup_vs_seed) for k in session.lineage.accepted()]:
+        for member in members:
+            self.frontier.add(member)
             self._sources.claim(self._briefing.kernel(member.commit)[0], member.name)
         self._since_improvement = 0
         best = 1.0
@@ -195,7 +191,7 @@ class Optimizer:
         while (ticket := self._take()) is not None:
             try:
                 self._attempt(ticket)
-            except _Abandoned:
+            except Abandoned:
                 log.debug("%s abandoned: the run was interrupted", ticket.attempt_id)
             except SlotLost as exc:
                 self._slot_lost(ticket, exc)
@@ -237,7 +233,8 @@ class Optimizer:
             self._agent_failures += 1
             n = self._agent_failures
             if not exc.transient or n > len(AGENT_RETRY_S):
-                log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
+                if self._stop is None:  # said once, however many threads met the failure
+                    log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
                 self._stop = self._stop or StopReason.AGENT_UNAVAILABLE
             else:
                 delay = AGENT_RETRY_S[n - 1]
@@ -249,10 +246,6 @@ class Optimizer:
 
     # ------------------------------------------------------------------ one attempt
 
-    def _check(self) -> None:
-        if self._interrupted.is_set():
-            raise _Abandoned
-
     def _attempt(self, ticket: Ticket) -> None:
         """Parent, proposal, evaluation, promotion.  When proposals are quick (the offline
         agent) the evaluation slot is taken first, so that the parent and the feedback are
@@ -263,7 +256,7 @@ class Optimizer:
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
                 ticket.slot = f"{slot.name}@{slot.node}"
-            self._check()
+            self._evaluations.check()
             with self._cond:
                 ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
                 if ticket.parent is None:  # everything exhausted meanwhile: let _take decide
@@ -277,7 +270,7 @@ class Optimizer:
                 ticket.enter("waiting")
                 slot = self.executor.acquire()
                 ticket.slot = f"{slot.name}@{slot.node}"
-            verdict = self._evaluate(ticket, record, candidate, parent_file, slot)
+            verdict = self._evaluations.judge(ticket, record, candidate, parent_file, slot)
             if record.outcome is AttemptOutcome.ACCEPTED:
                 self._promote(ticket, record, verdict, candidate)
             else:
@@ -303,7 +296,7 @@ class Optimizer:
         t0 = time.time()
         proposal = self.agent.propose(context)
         propose_s = time.time() - t0
-        self._check()
+        self._evaluations.check()
         usage = proposal.usage
         with self._cond:
             self._agent_failures = 0
@@ -335,46 +328,6 @@ class Optimizer:
                 return record, None, parent_file
         return record, candidate, parent_file
 
-    def _evaluate(self, ticket: Ticket, record: AttemptRecord, candidate: Path, parent_file: Path,
-                  slot: Slot) -> Verdict:
-        """The first evaluation, and the confirming one when the first is promising, in one slot
-        (one GPU): a candidate's speedup over its parent is never measured across devices."""
-        s, aid, floor = self.s, ticket.attempt_id, self.s.config.search.noise_floor
-        self._check()
-        ticket.enter("evaluating")
-        e0 = time.time()
-        verdict = self._on(slot, candidate, parent_file)
-        self._check()
-        s.store.write_json(aid, "report.json", verdict.to_dict())
-        decision = promotion.screen(verdict, floor)
-        if decision.outcome is None:
-            ticket.enter("confirming")
-            verdict = self._on(slot, candidate, parent_file)
-            self._check()
-            s.store.write_json(aid, "confirm.json", verdict.to_dict())
-            decision = promotion.confirm(verdict, floor)
-        record.eval_s = time.time() - e0
-        record.outcome, record.reason = decision.outcome, decision.reason
-        record.speedup, record.speedup_vs_parent, record.noise = verdict.speedup, verdict.speedup_vs_parent, verdict.noise
-        record.cases_passed, record.cases_total = verdict.cases_passed, len(verdict.cases)
-        return verdict
-
-    def _on(self, slot: Slot, candidate: Path, parent_file: Path) -> Verdict:
-        """One evaluation in ``slot``, counted for the per-node throughput."""
-        s, t0 = self.s, time.time()
-        try:
-            verdict = slot.evaluate(s.spec, candidate, s.options, reference=s.reference, parent=parent_file)
-        except SlotLost:
-            self.throughput.lost(slot.name, slot.node)
-            raise
-        except Exception:
-            if self._interrupted.is_set():  # whatever a cancelled evaluation raises is the cancel's doing
-                raise _Abandoned from None
-            raise
-        if not self._interrupted.is_set():   # a killed evaluation is no throughput
-            self.throughput.note(slot.name, slot.node, time.time() - t0)
-        return verdict
-
     def _promote(self, ticket: Ticket, record: AttemptRecord, verdict: Verdict, candidate: Path) -> None:
         """Commit (and tag) first, journal second: a kill in between is repaired on resume."""
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
@@ -399,7 +352,7 @@ class Optimizer:
             self.frontier.note(record.parent_commit, record.outcome in _NOTHING_NEW)
             improved = record.commit is not None and record.speedup > self.frontier.best().speedup
             if record.commit is not None:
-                self.frontier.add(Member(record.commit, record.attempt_id, record.speedup))
+                self.frontier.add(Member(record.commit, record.attempt_id, record.speedup, record.noise))
             self._since_improvement = 0 if improved else self._since_improvement + 1
             self._summary().save(self.s.path)
             self._cond.notify_all()
@@ -417,7 +370,8 @@ class Optimizer:
             input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
             elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
             outcomes=outcome_counts(self._records), environment=self.s.environment, updated=utc_now(),
-            executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()])
+            executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()], best_noise=best.noise,
+            noise_margin=cfg.search.noise_floor, too_noisy=too_noisy(self._records))
 
     def _nodes(self):
         return self.throughput.nodes(self.executor.placement(), time.time() - self._session_start)
@@ -434,4 +388,5 @@ class Optimizer:
                 accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
                 outcomes=outcome_counts(self._records), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
-                paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes())
+                paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes(),
+                noise_margin=cfg.search.noise_floor, too_noisy=too_noisy(self._records))

@@ -16,7 +16,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from tik_agent import figures
+from tik_agent.run.lineage import SEED_TAG
 from tik_agent.search.budget import Gauge
+from tik_agent.search.frontier import Member
 from tik_agent.search.optimize import Optimizer
 from tik_agent.search.tickets import Snapshot
 from tik_agent.run.runconfig import format_duration
@@ -42,6 +45,11 @@ def _speed(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}x"
 
 
+def _member(m: Member) -> str:
+    """A frontier kernel and its speed: ``a0003 2.96x ±4%``; the seed is the reference."""
+    return SEED_TAG if m.name == SEED_TAG else f"{m.name} {figures.speedup(m.speedup, m.noise, 2)}"
+
+
 def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     """The view of ``snap``; when ``console`` is given, as many recent attempts as fit its height."""
     head = Text.assemble(("run ", "bold"), snap.run_id,
@@ -51,13 +59,16 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     for g in snap.gauges:
         bar = ProgressBar(total=1.0, completed=g.fraction or 0.0, width=24) if g.limit else Text("", style="dim")
         budgets.add_row(Text(g.name, style="bold"), bar, f"{_amount(g, g.used)} / {_amount(g, g.limit)}")
-    best = Text.assemble(("best ", "bold"), (f"{snap.best.speedup:.3f}x", "bold green"),
-                         f" the seed ({snap.best.name}, {snap.best.commit[:10]})   accepted {snap.accepted}   frontier: ",
-                         ", ".join(f"{m.name} {m.speedup:.2f}x" for m in snap.frontier))
-    lines: list[RenderableType] = [head, budgets, best, *_node_lines(snap)]
+    if snap.best.name == SEED_TAG:
+        best = Text.assemble(("best ", "bold"), "the seed (nothing accepted yet)")
+    else:
+        best = Text.assemble(("best ", "bold"), (figures.speedup(snap.best.speedup, snap.best.noise), "bold green"),
+                             f" the seed ({snap.best.name}, {snap.best.commit[:10]})")
+    best.append(f"   accepted {snap.accepted}   frontier: " + ", ".join(_member(m) for m in snap.frontier))
+    lines: list[RenderableType] = [head, budgets, best, *_node_lines(snap), *_noise_lines(snap)]
     now = time.time()
     for t in snap.in_flight:
-        origin = f" from {t.parent.name} ({t.parent.speedup:.2f}x)" if t.parent else ""
+        origin = f" from {_member(t.parent)}" if t.parent else ""
         stage_s, total_s = now - (t.stage_started or t.started), now - t.started
         timer = f"{stage_s:.0f} s" + (f" (attempt {total_s:.0f} s)" if total_s - stage_s >= 1 else "")
         where = f" on {t.slot}" if t.slot else ""
@@ -86,13 +97,26 @@ def _node_lines(snap: Snapshot) -> list[Text]:
     return out
 
 
+def _noise_lines(snap: Snapshot) -> list[Text]:
+    """A warning while timings are too noisy to rank candidates (see search/promotion.py)."""
+    if not snap.too_noisy:
+        return []
+    last = snap.too_noisy[-1]
+    state = "resolved" if last["resolved"] else f"still too noisy: {last['outcome']}"
+    return [Text(f"  timing too noisy to rank {len(snap.too_noisy)} attempt(s) (noise above the "
+                 f"{snap.noise_margin:.0%} margin): re-timed with more rounds; last {last['attempt_id']}: "
+                 f"re-timed {last['retimes']}x, noise {figures.spread(last['noise'])}, {state}",
+                 style="yellow", no_wrap=True, overflow="ellipsis")]
+
+
 def _attempts_table(records) -> Table:
     """Fixed columns never wrap or shrink; the idea/reason column takes what is left and is
     cut to one line, so that the table reads at 80 columns as at 200."""
     table = Table(title="recent attempts", title_justify="left", expand=False, padding=(0, 1), box=None,
                   pad_edge=False, header_style="bold underline")
     for col, justify, width in (("id", "left", 5), ("parent", "left", 6), ("outcome", "left", 16),
-                                ("vs par.", "right", 7), ("vs seed", "right", 7), ("eval", "right", 5)):
+                                ("vs seed", "right", 7), ("±", "right", 4), ("vs par.", "right", 7),
+                                ("eval", "right", 5)):
         table.add_column(col, justify=justify, no_wrap=True, min_width=width)
     table.add_column("idea or reason", justify="left", ratio=1, min_width=8)
     for r in records:
@@ -100,8 +124,14 @@ def _attempts_table(records) -> Table:
         note = r.rationale if outcome == "accepted" else (r.reason or r.rationale)
         # A rejected attempt's speedup is a measurement that did not count: dim, not a headline.
         speed_style = "" if outcome == "accepted" else "dim"
+        # The spread (±) is the verdict's noise, of both figures.  A kernel from the seed was
+        # timed against the seed only: one figure, "vs par." is left empty.
+        measured = r.speedup is not None
+        vs_parent = "" if r.parent_id == SEED_TAG else _speed(r.speedup_vs_parent)
         table.add_row(r.attempt_id, r.parent_id, Text(outcome, style=OUTCOME_STYLE.get(outcome, "")),
-                      Text(_speed(r.speedup_vs_parent), style=speed_style), Text(_speed(r.speedup), style=speed_style),
+                      Text(_speed(r.speedup), style=speed_style),
+                      Text(figures.spread(r.noise)[1:] if measured else "", style=speed_style),
+                      Text(vs_parent if measured else "", style=speed_style),
                       f"{r.eval_s:.0f} s",
                       Text((note or "").splitlines()[0] if note else "", no_wrap=True, overflow="ellipsis"))
     return table

@@ -12,8 +12,10 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from tik_agent import figures
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records
 from tik_agent.run.lineage import SEED_TAG, Lineage, open_run
+from tik_agent.search.tickets import noise_of
 
 REPORT_DIR = "report"
 COLORS = {"accepted": "#2a9d3a", "not_faster": "#d4a017", "unconfirmed": "#e07b00", "slower": "#c77d00"}
@@ -27,6 +29,7 @@ class Node:
     parent: str | None
     speedup: float
     x: float          # finishing position of the attempt (0 for the seed)
+    noise: float | None = None   # the spread of the speedup
 
 
 def lineage_nodes(lineage: Lineage, records: list[AttemptRecord]) -> list[Node]:
@@ -34,7 +37,7 @@ def lineage_nodes(lineage: Lineage, records: list[AttemptRecord]) -> list[Node]:
     nodes = [Node(lineage.root_commit(), SEED_TAG, None, 1.0, 0)]
     for k in lineage.accepted():
         nodes.append(Node(k.commit, k.attempt_id, k.parent_commit, k.speedup_vs_seed,
-                          position.get(k.attempt_id, int(k.attempt_id[1:]))))
+                          position.get(k.attempt_id, int(k.attempt_id[1:])), noise_of(k)))
     return nodes
 
 
@@ -102,7 +105,8 @@ def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknow
     for n in nodes:
         tree.scatter([n.x], [n.speedup], s=60 if n.commit == best_commit else 30, zorder=2,
                      color="#2a9d3a" if n.commit in on_path else "#777")
-        tree.annotate(f"{n.name} {n.speedup:.2f}x", (n.x, n.speedup), textcoords="offset points",
+        text = n.name if n.name == SEED_TAG else f"{n.name} {figures.speedup(n.speedup, n.noise, 2)}"
+        tree.annotate(text, (n.x, n.speedup), textcoords="offset points",
                       xytext=(4, 4), fontsize=7)
     tree.set(title="lineage of accepted kernels (best path in green)", xlabel="attempt (finishing order)",
              ylabel="speedup vs seed")
@@ -127,14 +131,19 @@ def html_page(run_dir: Path, lineage: Lineage, summary: RunSummary | None, recor
     if summary is not None:
         facts = [["seed", summary.seed], ["agent", f"{summary.agent} ({summary.model or 'no model'})"],
                  ["attempts", f"{summary.iterations} of {summary.iterations_limit}"],
-                 ["accepted", summary.accepted], ["best speedup", f"{summary.best_speedup:.3f}x ({summary.best_attempt})"],
+                 ["accepted", summary.accepted],
+                 ["best speedup", "the seed itself" if summary.best_attempt == SEED_TAG else
+                  f"{figures.speedup(summary.best_speedup, summary.best_noise)} ({summary.best_attempt})"],
                  ["tokens", f"{summary.input_tokens} in, {summary.output_tokens} out"],
                  ["cost", "unknown" if summary.cost_usd is None else f"${summary.cost_usd:.4f}"],
                  ["stop reason", summary.stop_reason or "(running or killed)"],
                  ["device", summary.environment.get("device_name", "?")],
                  ["versions", f"torch {summary.environment.get('torch')}, triton {summary.environment.get('triton')}"]]
+    root = lineage.root_commit()
     accepted = [[k.attempt_id, lineage.trailers(k.parent_commit).get("Attempt-Id", SEED_TAG),
-                 f"{k.speedup_vs_seed:.3f}x", f"{k.speedup_vs_parent or 0:.3f}x", k.commit[:12]]
+                 figures.speedup(k.speedup_vs_seed, noise_of(k)),
+                 "(the seed)" if k.parent_commit == root or k.speedup_vs_parent is None else
+                 figures.speedup(k.speedup_vs_parent, noise_of(k)), k.commit[:12]]
                 for k in lineage.accepted()]
     counts: dict[str, int] = {}
     for r in records:
