@@ -17,6 +17,7 @@ from tik_agent.onpolicy.model import Config
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
 
+from fakerun import fake_run
 from optimize_helpers import tiny_seed
 from seedutil import edit
 
@@ -137,31 +138,8 @@ def test_a_kernel_file_nobody_evaluated_is_uncertified_and_never_labelled_certif
     assert set_label([]) == "certified"
 
 
-def _fake_run(base, kernel: bytes):
-    """A run with one accepted commit holding ``kernel`` (git only: the verdict is written, not evaluated)."""
-    from tik_agent.run.lineage import LineageWriter, format_trailers
-
-    run = base / "run"
-    writer = LineageWriter.init(run)
-    for name in ("kernel.py", "spec.toml"):
-        shutil.copy2(BUNDLED_DIR / "rmsnorm" / name, run / name)
-    (run / "evaluation.json").write_text(json.dumps({"kind": "seed", "cases": []}))
-    root = writer.commit_root(["kernel.py", "spec.toml", "evaluation.json"], "seed: rmsnorm\n\nKind: seed")
-    (run / "run.json").write_text(json.dumps({"schema": 1, "seed": "rmsnorm"}))
-    folder = base / "a0001"
-    folder.mkdir()
-    (folder / "candidate.py").write_bytes(kernel)
-    (folder / "evaluation.json").write_text(json.dumps({
-        "kind": "variant", "outcome": "passed", "cases": [{"case": "par:x", "passed": True}],
-        "candidate_sha256": hashlib.sha256(kernel).hexdigest()}))
-    trailers = {"Attempt-Id": "a0001", "Parent-Commit": root, "Speedup-Vs-Seed": "1.5", "Speedup-Vs-Parent": "1.5"}
-    writer.set_best(writer.commit_variant("a0001", root, folder / "candidate.py", folder / "evaluation.json",
-                                          f"a0001: variant\n\n{format_trailers(trailers)}"))
-    return run
-
-
 def test_a_run_certifies_its_accepted_kernels_by_their_bytes(tmp_path):
-    run = _fake_run(tmp_path, _variant())
+    run = fake_run(tmp_path, [_variant()])
     chosen = sources.resolve([], [run], [], tmp_path / "w")
     assert chosen["rmsnorm"].certified_by.basis == "run" and "a0001" in chosen["rmsnorm"].certified_by.text
     same, other = tmp_path / "same.py", tmp_path / "other.py"
@@ -174,7 +152,7 @@ def test_a_run_certifies_its_accepted_kernels_by_their_bytes(tmp_path):
 
 
 def test_two_runs_of_one_kind_are_refused(tmp_path):
-    run = _fake_run(tmp_path, _variant())
+    run = fake_run(tmp_path, [_variant()])
     with pytest.raises(UsageError, match="one per kind"):
         sources.resolve([], [run, run], [], tmp_path / "w")
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -60,7 +62,7 @@ def optimize(
     from tik_agent.run import rundir
     from tik_agent.agents.factory import make_agent
     from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
-    from tik_agent.search.interrupts import stop_on_signals
+    from tik_agent.search.interrupts import kill_sandboxes_on_interrupt, stop_on_signals
     from tik_agent.search.optimize import Optimizer
 
     _check_positive({"--iterations": iterations, "--workers": workers, "--rounds": rounds,
@@ -110,36 +112,60 @@ def optimize(
         load_probes(_existing(probes, "--probes"), config.device)  # refused before anything is created
     say("run directory: ", (str(path), "bold"))
     logging.getLogger("tik_agent").info("%s", explanation)
-    session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
+    try:
+        with kill_sandboxes_on_interrupt():  # the seed's outputs and audit run in sandboxes
+            session = rundir.reopen(path, config) if resume is not None else rundir.create(path, config)
+    except KeyboardInterrupt:
+        if not is_run_dir(path):
+            say("interrupted before the run was made; nothing to resume", err=True)
+        else:
+            say(f"interrupted while preparing the run (the seed's outputs and its audit); continue it with: "
+                f"{resume_command(path)}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if probes is not None:
         shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
     pool = None
     try:
         pool = open_executor(executor, session, workers=config.workers, ray_address=ray_address)
         optimizer = Optimizer(session, the_agent, executor=pool)
-        with stop_on_signals(optimizer):
+        # Every evaluation's worker phases: the loop's own lines (or the live view) say enough.
+        with stop_on_signals(optimizer), _quiet("tik_agent.progress"):
             if console.is_terminal:
                 from tik_agent.view.live import LiveView
 
-                quiet = logging.getLogger("tik_agent.search.optimize")
-                level = quiet.level
-                quiet.setLevel(logging.WARNING)  # the live table shows what these lines would say
-                try:
-                    with LiveView(console, optimizer):
-                        summary = optimizer.run()
-                finally:
-                    quiet.setLevel(level)
+                with _quiet("tik_agent.search.optimize"), LiveView(console, optimizer):  # the live table says it
+                    summary = optimizer.run()
             else:
                 summary = optimizer.run()
+    except KeyboardInterrupt:  # a second Ctrl-C: no summary was written by this session's end
+        say(f"interrupted; continue the run with: {resume_command(path)}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if pool is not None:
             pool.close()
         session.close()
     _print_summary(path, summary)
     if summary.stop_reason == "interrupted":
+        say(f"continue the run with: {resume_command(path)}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.stop_reason in ("error", "agent_unavailable"):
         raise typer.Exit(EXIT_REJECTED)
+
+
+def resume_command(path: Path) -> str:
+    return f"tik-agent optimize --resume {shlex.quote(str(path))}"
+
+
+@contextmanager
+def _quiet(logger: str):
+    """``logger`` at WARNING for the block."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _check_positive(values: dict) -> None:

@@ -49,6 +49,8 @@ class _Sandbox:
 
     def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
         (self.dir / REQUEST_FILE).write_text(json.dumps(request))
+        watch.label = "the seed's worker" if request.get("mode") == "reference" else "the candidate's worker"
+        watch.cases = len(request.get("cases", []))
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
