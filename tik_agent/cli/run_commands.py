@@ -222,6 +222,8 @@ def _print_summary(path: Path, s: RunSummary) -> None:
         for n in s.nodes:
             say(f"  {s.executor} node {n['node']}: {len(n['slots'])} slot(s), {n['evaluations']} evaluations, "
                 f"{n['evaluations_per_min']:.2f}/min" + (f", {n['lost']} lost" if n["lost"] else ""))
+    if s.stop_reason == "exhausted":
+        say("the search is exhausted: the agent has nothing new to try from any kernel of the frontier")
     say("run directory: ", (str(path), "bold"), f"  (best kernel: {path / KERNEL_FILE})")
 
 
