@@ -237,3 +237,20 @@ def test_worker_phases_are_reported_as_they_change_and_while_they_last(tmp_path,
     time.sleep(0.01)
     watch()
     assert "parity phase (8 cases) for 0 s, 0 s in all" in caplog.records[-1].getMessage()
+
+
+# ----------------------------------------------------------------- optimize --rng-seed
+
+
+def test_optimize_takes_rng_seed_and_still_the_old_seed_with_a_warning(tmp_path, out):
+    run = tmp_path / "run"
+    run.mkdir()
+    tiny_config(tmp_path, "run").save(run)   # rng_seed 0
+    _, err = out("optimize", "--resume", str(run), "--rng-seed", "5", code=2)
+    assert "--rng-seed: this run uses 0" in err and "deprecated" not in err
+    _, err = out("optimize", "--resume", str(run), "--seed", "5", code=2)   # the old name, the same option
+    assert "optimize --seed is deprecated: use --rng-seed" in err and "--rng-seed: this run uses 0" in err
+    _, err = out("optimize", "rmsnorm", "--seed", "1", "--rng-seed", "2", code=2)
+    assert "give --rng-seed only" in err
+    text, _ = out("optimize", "--help")
+    assert "--rng-seed S" in text and "Deprecated: --rng-seed" in " ".join(text.split())

@@ -21,7 +21,7 @@ from tik_agent.run.lineage import KERNEL_FILE
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 from tik_agent.spec import seeds
 
-_FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--seed", "device": "--device",
+_FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--rng-seed", "device": "--device",
           "rounds": "--rounds", "eval_timeout_s": "--eval-timeout"}
 
 
@@ -45,7 +45,9 @@ def optimize(
                                     "(else RAY_ADDRESS; else a local Ray instance for this run)."),
     run_dir: Path = typer.Option(None, metavar="DIR", help="The run directory.  [default: runs/<timestamp>-<seed>]"),
     resume: Path = typer.Option(None, metavar="DIR", help="Continue the run in this directory."),
-    rng_seed: int = typer.Option(None, "--seed", metavar="S", help="Seed of the search's random choices.  [default: 0]"),
+    rng_seed: int = typer.Option(None, "--rng-seed", metavar="S", help="Seed of the search's random choices.  [default: 0]"),
+    legacy_seed: int = typer.Option(None, "--seed", metavar="S", help="Deprecated: --rng-seed (in eval, --seed names "
+                                    "the seed kernel)."),
     device: str = typer.Option(None, metavar="DEVICE", help="cpu (Triton interpreter), cuda or auto.  [default: auto]"),
     rounds: int = typer.Option(None, metavar="R", help="Timing rounds per evaluation.  [default: 5]"),
     eval_timeout: float = typer.Option(None, metavar="S", help="Seconds before an evaluation's worker is killed.  "
@@ -65,6 +67,7 @@ def optimize(
     from tik_agent.search.interrupts import kill_sandboxes_on_interrupt, stop_on_signals
     from tik_agent.search.optimize import Optimizer
 
+    rng_seed = _rng_seed(rng_seed, legacy_seed)
     _check_positive({"--iterations": iterations, "--workers": workers, "--rounds": rounds,
                      "--eval-timeout": eval_timeout, "--max-tokens": max_tokens, "--max-cost": max_cost,
                      "--patience": patience})
@@ -150,6 +153,17 @@ def optimize(
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.stop_reason in ("error", "agent_unavailable"):
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _rng_seed(rng_seed: int | None, legacy: int | None) -> int | None:
+    """``--rng-seed``, or the deprecated ``--seed`` with a warning (both: they must agree)."""
+    if legacy is None:
+        return rng_seed
+    if rng_seed is not None and rng_seed != legacy:
+        raise UsageError(f"--seed {legacy} and --rng-seed {rng_seed}: give --rng-seed only")
+    say(("warning:", "yellow"), " optimize --seed is deprecated: use --rng-seed (in eval, --seed is the seed kernel)",
+        err=True)
+    return legacy
 
 
 def resume_command(path: Path) -> str:
