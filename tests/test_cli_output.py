@@ -254,3 +254,13 @@ def test_optimize_takes_rng_seed_and_still_the_old_seed_with_a_warning(tmp_path,
     assert "give --rng-seed only" in err
     text, _ = out("optimize", "--help")
     assert "--rng-seed S" in text and "Deprecated: --rng-seed" in " ".join(text.split())
+
+
+def test_a_missing_directory_is_worded_the_same_by_every_view(tmp_path, out):
+    missing = tmp_path / "nonexistent"
+    errors = {out(command, str(missing), code=2)[1].strip() for command in ("runs", "lineage", "report")}
+    errors.add(out("show", str(missing), "seed", code=2)[1].strip())
+    assert errors == {f"error: {missing}: no such directory"}
+    (tmp_path / "file").write_text("")
+    assert {out(c, str(tmp_path / "file"), code=2)[1].strip() for c in ("runs", "lineage")} == {
+        f"error: {tmp_path / 'file'}: not a directory"}

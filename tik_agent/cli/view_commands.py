@@ -22,7 +22,7 @@ from tik_agent.cli.output import EXIT_USAGE, console, emit, line, output_dir, sa
 from tik_agent.errors import UsageError
 from tik_agent.run import rundir
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
-from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run
+from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run, require_directory
 from tik_agent.run.runconfig import RunConfig, is_run_dir
 
 RUNS_DIR = Path("runs")
@@ -31,10 +31,7 @@ RUNS_DIR = Path("runs")
 def runs(directory: Path = typer.Argument(RUNS_DIR, metavar="DIR", help="A directory of runs, or one run."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table.")) -> None:
     """A table of runs."""
-    if not directory.exists():
-        raise UsageError(f"{directory}: no such directory")
-    if not directory.is_dir():
-        raise UsageError(f"{directory}: not a directory")
+    require_directory(directory)
     found = [directory] if is_run_dir(directory) else sorted(p for p in directory.iterdir() if is_run_dir(p))
     rows, unreadable = [], []
     for p in found:
