@@ -228,15 +228,15 @@ def test_ctrl_c_while_a_run_is_made_prints_the_resume_command(tmp_path, out, mon
 
 def test_worker_phases_are_reported_as_they_change_and_while_they_last(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="tik_agent.progress")
-    watch = phases.PhaseWatch(tmp_path / "progress", {}, label="the seed's worker", cases=8)
+    watch = phases.PhaseWatch(tmp_path / "progress", {}, label="the seed's worker", cases="8 fixed parity cases")
     assert watch() is None and not caplog.records          # nothing until something happens
     (tmp_path / "progress").write_text("parity")
     watch()
-    assert [r.getMessage() for r in caplog.records] == ["the seed's worker: parity phase (8 cases), 0 s"]
+    assert [r.getMessage() for r in caplog.records] == ["the seed's worker: parity phase (8 fixed parity cases), 0 s"]
     monkeypatch.setattr(phases, "HEARTBEAT_S", 0.0)
     time.sleep(0.01)
     watch()
-    assert "parity phase (8 cases) for 0 s, 0 s in all" in caplog.records[-1].getMessage()
+    assert "parity phase (8 fixed parity cases) for 0 s, 0 s in all" in caplog.records[-1].getMessage()
 
 
 # ----------------------------------------------------------------- optimize --rng-seed
@@ -264,3 +264,21 @@ def test_a_missing_directory_is_worded_the_same_by_every_view(tmp_path, out):
     (tmp_path / "file").write_text("")
     assert {out(c, str(tmp_path / "file"), code=2)[1].strip() for c in ("runs", "lineage")} == {
         f"error: {tmp_path / 'file'}: not a directory"}
+
+
+# ----------------------------------------------------------------- what a count of cases counts
+
+
+def test_case_counts_say_fixed_and_what_an_evaluation_adds(capsys):
+    from tik_agent.cli.eval_commands import render
+    from tik_agent.judge.records import Outcome, Verdict
+    from tik_agent.spec.cases import count_text
+
+    assert count_text(["grid"] * 54 + ["hidden"] * 4 + ["above-grid"] * 3) == "61 fixed parity cases"
+    origins = ["grid"] * 58 + ["above-grid"] * 3 + ["literal"] * 3 + ["drawn"] * 2
+    assert count_text(origins) == "66 parity cases (61 fixed + 5 this evaluation adds)"
+    cases = [{"case": str(i), "passed": True, "params": {"origin": o}} for i, o in enumerate(origins)]
+    render(Verdict(Outcome.PASSED, None, cases=cases, environment={"device": "cpu"}), "rmsnorm")
+    assert "parity: 66/66 parity cases (61 fixed + 5 this evaluation adds) bit-exact" in capsys.readouterr().out
+    view_commands._print_report({"outcome": "passed", "cases": cases}, True)
+    assert "parity 66/66 parity cases (61 fixed + 5 this evaluation adds)" in capsys.readouterr().out

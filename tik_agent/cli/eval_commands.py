@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
+from tik_agent.spec.cases import count_text
 from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, emit, say
 from tik_agent.errors import UsageError
 
@@ -53,7 +54,8 @@ def render(verdict, seed_name: str) -> None:
     env = verdict.environment
     where = f"{env.get('device_name', env.get('device', '?'))}, triton {env.get('triton', '?')}, torch {env.get('torch', '?')}"
     if verdict.cases:
-        say(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
+        counted = count_text(c.get("params", {}).get("origin", "grid") for c in verdict.cases)
+        say(f"parity: {verdict.cases_passed}/{counted} bit-exact on {where}")
     if verdict.timing:
         emit(timing_table(verdict))
         if verdict.ceilings:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
+from tik_agent.spec.cases import count_text
 from tik_agent.judge.seed_imports import check_seed_imports
 from tik_agent.cli.output import EXIT_INTERRUPTED, EXIT_REJECTED, emit, say
 
@@ -63,7 +64,8 @@ def check_seed(
 
 
 def _table(report, spec, dev: str) -> None:
-    table = Table(title=f"{spec.name} on {dev}: {len(report.results)} cases in {report.seconds:.1f} s",
+    counted = count_text((c.origin for c in report.planned), "this check adds")
+    table = Table(title=f"{spec.name} on {dev}: {len(report.results)} of {counted} run in {report.seconds:.1f} s",
                   title_justify="left")
     table.add_column("check")
     table.add_column("cases passed", justify="right")

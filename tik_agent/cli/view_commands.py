@@ -24,6 +24,7 @@ from tik_agent.run import rundir
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
 from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, open_run, require_directory
 from tik_agent.run.runconfig import RunConfig, is_run_dir
+from tik_agent.spec.cases import count_text
 
 RUNS_DIR = Path("runs")
 
@@ -263,7 +264,7 @@ def _print_report(report: dict, promoted: bool) -> None:
     cases = report.get("cases", [])
     passed = sum(1 for c in cases if c.get("passed"))
     outcome = report.get("outcome", report.get("kind"))
-    text = f"evaluation: {outcome}, parity {passed}/{len(cases)} cases"
+    text = f"evaluation: {outcome}, parity {passed}/{count_text(c.get('params', {}).get('origin', 'grid') for c in cases)}"
     speed = report.get("speedup")
     if speed is not None:
         text += f", {speed:.3f}x the seed" if promoted else f", measured {speed:.3f}x the seed (not promoted)"

@@ -72,7 +72,7 @@ class PhaseWatch:
     durations: dict[str, float] = field(default_factory=dict)
     abort: str | None = None          # set from another thread: kill the worker with this reason
     label: str = "worker"             # who is watched, for progress lines ("the seed's worker")
-    cases: int = 0                    # parity cases the worker runs, for progress lines
+    cases: str = ""                   # the parity cases the worker runs, for progress lines
     begun: float = field(init=False, default=0.0)
     reported: float = field(init=False, default=0.0)  # when the last progress line was written
 
@@ -92,7 +92,7 @@ class PhaseWatch:
         progress_log.info("%s: %s phase%s, %.0f s", self.label, seen, self._cases(), now - self.begun)
 
     def _cases(self) -> str:
-        return f" ({self.cases} cases)" if self.phase == "parity" and self.cases else ""
+        return f" ({self.cases})" if self.phase == "parity" and self.cases else ""
 
     def _heartbeat(self, now: float) -> None:
         if now - self.reported >= HEARTBEAT_S:
