@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from packageutil import render_package
 
 from tik_agent.spec.seeds import BUNDLED_DIR
@@ -29,6 +30,7 @@ def _stderr(code: str, path: str | None = None) -> str:
     return done.stderr
 
 
+@pytest.mark.slow  # renders a package and imports torch in two processes
 def test_the_first_enable_prints_no_override_warning(tmp_path):
     root, name = render_package(tmp_path, BUNDLED_DIR / "rmsnorm")
     err = _stderr(f"import {name} as k\nk.enable()\nk.disable()\nwith k.enabled(): pass\n", str(root))
