@@ -289,7 +289,7 @@ def _print_report(report: dict, promoted: bool) -> None:
 def report(run: Path = typer.Argument(..., metavar="RUN", help="A run directory."),
            out: Path = typer.Option(None, metavar="DIR", help="Where to write report.png and report.html.  [default: RUN/report]"),
            ) -> None:
-    """Write a picture of speedup over time and of the lineage (PNG, and HTML embedding it)."""
+    """Write a picture of each attempt's speedup (in finishing order) and of the lineage (PNG, and HTML embedding it)."""
     from tik_agent.view.report import write_report
 
     open_run(run)  # a bad RUN is named before any directory is made
