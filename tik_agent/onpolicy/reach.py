@@ -10,7 +10,8 @@ of the grid and the workload (a sample of its rows also runs alone, in a
 shuffled sub-batch and as a prefix of the batch: a switch anywhere between
 one row and the full batch meets both sides), in the cell's dtype and in
 float32 at the largest dims, plus batch sizes on both sides of every integer
-the file compares with.  Only invariance is judged (the kernel against
+the file compares with (above the largest batch at the smallest cell's dims,
+as the judge does: cost is per row).  Only invariance is judged (the kernel against
 itself): a file is not required to have the seed's bits to be on-policy.
 """
 
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tik_agent.spec.cases import Case, extra_case, largest_batch, make_inputs, unique
+from tik_agent.spec.cases import MAX_BATCH, Case, extra_case, largest_batch, make_inputs, unique
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger("tik_agent.progress")
@@ -64,14 +65,17 @@ def reach_cases(spec: KernelSpec, source: str, device: str = "cpu") -> list[Case
         cases = [extra_case(spec, top, dict(c.dims), c.dtype, "normal", seed, origin="reach", hidden=False)
                  for c in cells]
         cases.insert(0, extra_case(spec, top, largest, "float32", "normal", seed, origin="reach", hidden=False))
-        largest = dict(cases[0].dims)
     try:
         literals = compared_literals(source, "kernel.py")
     except SyntaxError:
         literals = []
-    for m in literal_sizes(spec, device, batch_sizes_around(literals)):
-        cases.append(extra_case(spec, m, largest if spec.layout != "sequences" else cases[0].dims, "float32",
-                                "normal", seed, origin="literal", hidden=False))
+    sizes = literal_sizes(spec, device, batch_sizes_around(literals))
+    if any(m > MAX_BATCH[device] for m in sizes):
+        log.warning("batch sizes above %d around the file's literals are not checked here", MAX_BATCH[device])
+    for m in (m for m in sizes if m <= MAX_BATCH[device]):
+        # Up to the largest batch at the largest dims; above it (cost is per row) at the smallest cell's.
+        dims = cases[0].dims if spec.layout == "sequences" or m <= top else cells[-1].dims
+        cases.append(extra_case(spec, m, dict(dims), "float32", "normal", seed, origin="literal", hidden=False))
     return unique(cases)
 
 
