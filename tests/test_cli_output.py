@@ -232,11 +232,11 @@ def test_worker_phases_are_reported_as_they_change_and_while_they_last(tmp_path,
     assert watch() is None and not caplog.records          # nothing until something happens
     (tmp_path / "progress").write_text("parity")
     watch()
-    assert [r.getMessage() for r in caplog.records] == ["the seed's worker: parity phase (8 fixed parity cases), 0 s"]
+    assert [r.getMessage() for r in caplog.records] == ["the seed's worker: parity phase, 0 s in; 8 fixed parity cases"]
     monkeypatch.setattr(phases, "HEARTBEAT_S", 0.0)
     time.sleep(0.01)
     watch()
-    assert "parity phase (8 fixed parity cases) for 0 s, 0 s in all" in caplog.records[-1].getMessage()
+    assert caplog.records[-1].getMessage() == "the seed's worker: parity phase for 0 s, 0 s in all; 8 fixed parity cases"
 
 
 # ----------------------------------------------------------------- optimize --rng-seed

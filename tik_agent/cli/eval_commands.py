@@ -30,6 +30,7 @@ def eval_candidate(
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.search.interrupts import kill_sandboxes_on_interrupt
 
     if not candidate.is_file():
         raise UsageError(f"{candidate}: no such candidate file")
@@ -42,7 +43,8 @@ def eval_candidate(
     resolved = devices.resolve(device)
     options = EvalOptions(device=resolved, timeout_s=timeout, rounds=rounds, timing=not no_timing,
                           ceilings=resolved == "cuda", graphs=graphs)
-    verdict = evaluate(spec, candidate, options)
+    with kill_sandboxes_on_interrupt():  # Ctrl-C: the seed's worker, which a thread waits for, dies too
+        verdict = evaluate(spec, candidate, options)
     if as_json:
         say(json.dumps(verdict.to_dict(), indent=2))
     else:

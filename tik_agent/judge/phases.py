@@ -89,16 +89,16 @@ class PhaseWatch:
         self.durations[self.phase] = now - self.started[self.phase]
         self.phase = seen
         self.started[seen] = self.reported = now
-        progress_log.info("%s: %s phase%s, %.0f s", self.label, seen, self._cases(), now - self.begun)
+        progress_log.info("%s: %s phase, %.0f s in%s", self.label, seen, now - self.begun, self._cases())
 
     def _cases(self) -> str:
-        return f" ({self.cases})" if self.phase == "parity" and self.cases else ""
+        return f"; {self.cases}" if self.phase == "parity" and self.cases else ""
 
     def _heartbeat(self, now: float) -> None:
         if now - self.reported >= HEARTBEAT_S:
             self.reported = now
-            progress_log.info("%s: %s phase%s for %.0f s, %.0f s in all", self.label, self.phase, self._cases(),
-                          now - self.started[self.phase], now - self.begun)
+            progress_log.info("%s: %s phase for %.0f s, %.0f s in all%s", self.label, self.phase,
+                              now - self.started[self.phase], now - self.begun, self._cases())
 
     def __call__(self) -> str | None:
         if self.abort:
