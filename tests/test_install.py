@@ -218,3 +218,33 @@ def test_non_editable_install_works_from_another_directory(tmp_path):
     exported = cli("export", "run", "--out", "dist")
     assert exported.returncode == 0, exported.stderr[-1500:]
     assert list((work / "dist").glob("tik_kernel_*.whl"))
+
+
+def _stub(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("have_bwrap", [False, True])
+def test_the_sandbox_tools_script_says_it_installs_before_it_does(tmp_path, have_bwrap):
+    """As root with apt-get (stubbed here) the script says what it installs first; with bwrap
+    already there (the negative control) it says nothing and runs no apt-get."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "apt-calls"
+    _stub(stubs, "id", "echo 0")
+    _stub(stubs, "apt-get", f'echo "$@" >> {calls}; exit 1')
+    if have_bwrap:
+        _stub(stubs, "bwrap", "exit 0")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "install-sandbox-tools.sh"
+    done = subprocess.run(["/bin/sh", str(script)], env={"PATH": str(stubs)}, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0
+    if have_bwrap:
+        assert done.stdout == "" and not calls.exists()
+        return
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("installing bubblewrap for the evaluation sandbox (apt-get install bubblewrap")
+    assert calls.read_text().startswith("update")   # it then ran apt-get (which failed here)
+    assert lines[-1].startswith("notice: bubblewrap (bwrap) is not installed")

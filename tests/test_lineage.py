@@ -129,9 +129,11 @@ def test_open_run_refuses_what_is_not_a_run(tmp_path):
     unborn.mkdir()
     write(unborn, "run.json", "{}")
     LineageWriter.init(unborn)
-    for path in (empty, plain, no_git, unborn, tmp_path / "absent"):
+    for path in (empty, plain, no_git, unborn):
         with pytest.raises(UsageError, match="not a tik-agent run"):
             open_run(path)
+    with pytest.raises(UsageError, match="absent: no such directory"):
+        open_run(tmp_path / "absent")
 
 
 def test_stale_git_locks_from_a_killed_process_are_cleared(lineage):

@@ -154,7 +154,7 @@ def test_tried_moves_are_not_proposed_again(with_diff):
         seen.add(proposal.source)
         recent.append(feedback_for(proposal.source, "slower", f"a{i}", with_diff=with_diff, rationale=proposal.rationale))
     exhausted = agent.propose(make_context(recent=recent, attempt_index=total))
-    assert exhausted.source is None and "was tried" in exhausted.error
+    assert exhausted.source is None and "was tried" in exhausted.error and exhausted.exhausted
 
 
 def test_changes_are_read_from_diffs_and_rationales():

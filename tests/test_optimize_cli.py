@@ -32,7 +32,7 @@ def finished(tmp_path_factory):
     os.chdir(base)  # relative paths, as a person types them
     try:
         code = cli(["optimize", "tiny-rmsnorm", "--agent", "offline", "--iterations", "3", "--rounds", "5",
-                    "--run-dir", "runs/r1", "--seed", "3"])
+                    "--run-dir", "runs/r1", "--rng-seed", "3"])
     finally:
         os.chdir(cwd)
     assert code == 0 and seed.is_dir()

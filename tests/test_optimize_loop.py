@@ -14,7 +14,7 @@ from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent
 
 from tik_agent.search import optimize as optimize_mod
 from tik_agent.run import rundir
-from tik_agent.agents.base import AgentUnavailable, Usage
+from tik_agent.agents.base import AgentUnavailable, Proposal, Usage
 from tik_agent.cli import run as cli
 from tik_agent.cli.view_commands import _last_verdict
 from tik_agent.judge.records import Outcome, Verdict
@@ -125,6 +125,23 @@ def test_budgets_stop_with_their_reason(run, limits, usage, reason, attempts):
     # a budget is checked before an attempt starts; the lookahead may have one more in flight
     assert attempts <= summary.iterations <= attempts + 1
     assert RunSummary.load(run).stop_reason == reason
+
+
+class OutOfMoves(ScriptedAgent):
+    """An agent that knows it has no move left from any parent (as the offline agent says)."""
+
+    def propose(self, context):
+        self.contexts.append(context)
+        return Proposal(None, "", Usage(0, 0, 0.0), "prompt", "", error="no move left", exhausted=True)
+
+
+def test_an_agent_out_of_moves_stops_the_run_without_spending_attempts(run):
+    """Negative control in test_budgets_stop_with_their_reason: an agent that only fails to give
+    code, without saying it is out of moves, spends three attempts before the seed is set aside."""
+    agent = OutOfMoves([None])
+    summary = optimize(run, agent, iterations=10)
+    assert summary.stop_reason == "exhausted" and summary.iterations == 0
+    assert len(agent.contexts) == 1 and finished_records(run) == []
 
 
 def test_a_repeated_candidate_is_not_evaluated_twice(run):

@@ -122,6 +122,7 @@ def test_ctrl_c_stops_within_seconds_and_resumes(run):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted"
     assert "stopped (interrupted)" in " ".join(out.split())
+    assert f"continue the run with: tik-agent optimize --resume {run}" in out   # the command that resumes it
     done = resume(run, 3)
     assert done.returncode == 0, done.stderr
     assert_consistent(run, 3)

@@ -88,3 +88,21 @@ def test_show_gives_one_figure_when_the_parent_is_the_seed(capsys):
     view_commands._print_report(_timed_report(parent_ms=0.663), True, parent_is_seed=False)
     text = capsys.readouterr().out
     assert "3.650x ±4% the seed (1.210x ±4% the parent)" in text and "parent" in text.split("timing")[1]
+
+
+def test_the_report_shows_every_attempt_with_its_noise(run):
+    """Timed attempts carry a noise bar; an attempt without a speedup is a cross on the bottom strip
+    (negative control: before, only attempts with a speedup were drawn)."""
+    lin = open_run(run)
+    records = [AttemptRecord.from_dict(_record(f"a000{i}", float(i))) for i in (1, 2, 3)]
+    records[0].speedup, records[0].noise = 1.5, 0.1
+    records[1].outcome = AttemptOutcome.PARITY_FAILED           # never timed
+    records[2].outcome, records[2].speedup, records[2].noise = AttemptOutcome.NOT_FASTER, 1.2, 0.05
+    speed, _ = figure(lin, records, "x").axes
+    bars = [c for c in speed.collections if type(c).__name__ == "LineCollection" and len(c.get_segments())]
+    lengths = sorted(abs(seg[1][1] - seg[0][1]) for c in bars for seg in c.get_segments())
+    assert lengths == pytest.approx([2 * 1.2 * 0.05, 2 * 1.5 * 0.1])
+    labels = [h.get_label() for h in speed.get_legend().legend_handles]
+    assert "parity_failed (not timed)" in labels
+    untimed = [c for c in speed.collections if c.get_label() == "parity_failed (not timed)"]
+    assert untimed and list(untimed[0].get_offsets()[:, 0]) == [2]

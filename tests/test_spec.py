@@ -100,3 +100,16 @@ def test_cli_version_and_seeds(capsys):
     out = capsys.readouterr().out
     for text in ("rms_norm(x, weight, eps=1e-06)", "token_logprobs(logits, targets)", "matmul(a, b)"):
         assert text in out
+
+
+def test_a_device_without_a_workload_cell_is_one_line_naming_the_spec_and_device(tmp_path, capsys):
+    from optimize_helpers import tiny_seed
+
+    seed = tiny_seed(tmp_path)
+    assert [c.name for c in load_spec(seed).workload_for("cpu")] == ["small"]   # negative control
+    edit(seed / "spec.toml", 'dtype = "float32"\ndevices = ["cpu"]', 'dtype = "float32"\ndevices = ["cuda"]')
+    with pytest.raises(SpecError, match="workload: no cell runs on cpu"):
+        load_spec(seed)
+    assert cli.run(["check-seed", str(seed)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(seed / "spec.toml") in err and "no cell runs on cpu" in err

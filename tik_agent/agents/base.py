@@ -197,8 +197,11 @@ class Proposal:
     """One candidate from an agent.
 
     ``source`` None means a failed proposal (the loop records it as ``no_code``);
-    ``error`` then says why.  ``prompt`` and ``reply`` are what was sent and
-    received, for the journal; all text fields are redacted on construction.
+    ``error`` then says why.  ``exhausted`` (with no source) says more: the agent
+    knows it has no move left from this parent, so the loop sets the parent
+    aside without spending an attempt on it.  ``prompt`` and ``reply`` are what
+    was sent and received, for the journal; all text fields are redacted on
+    construction.
     """
 
     source: str | None
@@ -207,10 +210,13 @@ class Proposal:
     prompt: str
     reply: str
     error: str | None = None
+    exhausted: bool = False
 
     def __post_init__(self) -> None:
         if self.source is None and not self.error:
             raise ValueError("Proposal.error: required when source is None")
+        if self.exhausted and self.source is not None:
+            raise ValueError("Proposal.exhausted: an exhausted proposal has no source")
         if self.source is not None and not self.source.strip():
             raise ValueError("Proposal.source: empty source; use None with an error instead")
         for name in ("source", "rationale", "prompt", "reply", "error"):

@@ -107,7 +107,7 @@ class OfflineAgent:
         if not fresh:
             error = (f"offline agent: every move within two changes of parent {context.parent_id} was tried "
                      f"(or gives a source already tried in this run)")
-            return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error)
+            return Proposal(None, "", Usage(0, 0, 0.0), prompt, "", error=error, exhausted=True)
 
         # Rank with jitter fixed per (seed, parent): equal scores are ordered at
         # random, but identically for every call that sees the same parent.

@@ -77,7 +77,11 @@ def run(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name=PROG)  # standalone: typer reports its own usage errors (exit 2)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
+        code = exc.code if isinstance(exc.code, int) else EXIT_OK
+        if code == EXIT_INTERRUPTED and _from_ctrl_c(exc):
+            # typer turns Ctrl-C into a silent exit 130; a command that knows more says so itself.
+            say(f"interrupted: {PROG} {_command(sys.argv[1:] if argv is None else argv)}", err=True)
+        return code
     except UsageError as exc:
         say(("error:", "red"), f" {exc}", err=True)
         return EXIT_USAGE
@@ -90,9 +94,23 @@ def run(argv: list[str] | None = None) -> int:
         say(("error:", "red"), f" {_os_error(exc)}", err=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        say(f"interrupted: {PROG} {_command(sys.argv[1:] if argv is None else argv)}", err=True)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _from_ctrl_c(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ if exc.__cause__ is not None else None if exc.__suppress_context__ else exc.__context__
+    return False
+
+
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def _os_error(exc: OSError) -> str:

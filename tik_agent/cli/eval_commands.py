@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tik_agent.backends import device as devices
 from tik_agent.spec import seeds
+from tik_agent.spec.cases import count_text
 from tik_agent.cli.output import EXIT_OK, EXIT_REJECTED, SANDBOX_HELP, check_sandbox, emit, say
 from tik_agent.errors import UsageError
 
@@ -29,6 +30,7 @@ def eval_candidate(
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.search.interrupts import kill_sandboxes_on_interrupt
 
     if not candidate.is_file():
         raise UsageError(f"{candidate}: no such candidate file")
@@ -41,7 +43,8 @@ def eval_candidate(
     resolved = devices.resolve(device)
     options = EvalOptions(device=resolved, timeout_s=timeout, rounds=rounds, timing=not no_timing,
                           ceilings=resolved == "cuda", graphs=graphs)
-    verdict = evaluate(spec, candidate, options)
+    with kill_sandboxes_on_interrupt():  # Ctrl-C: the seed's worker, which a thread waits for, dies too
+        verdict = evaluate(spec, candidate, options)
     if as_json:
         say(json.dumps(verdict.to_dict(), indent=2))
     else:
@@ -53,7 +56,8 @@ def render(verdict, seed_name: str) -> None:
     env = verdict.environment
     where = f"{env.get('device_name', env.get('device', '?'))}, triton {env.get('triton', '?')}, torch {env.get('torch', '?')}"
     if verdict.cases:
-        say(f"parity: {verdict.cases_passed}/{len(verdict.cases)} cases bit-exact on {where}")
+        counted = count_text(c.get("params", {}).get("origin", "grid") for c in verdict.cases)
+        say(f"parity: {verdict.cases_passed}/{counted} bit-exact on {where}")
     if verdict.timing:
         emit(timing_table(verdict))
         if verdict.ceilings:

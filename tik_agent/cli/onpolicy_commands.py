@@ -15,54 +15,92 @@ from tik_agent.cli.output import EXIT_REJECTED, emit, say
 
 def onpolicy(
     kernel: list[str] = typer.Option([], "--kernel", metavar="KIND=FILE", help="KIND=FILE: a kernel file for matmul, rmsnorm, logprobs "
-                                     "or attention instead of the bundled seed (repeatable)."),
-    run: list[Path] = typer.Option([], "--run", metavar="RUN", help="A run directory: its best kernel replaces the seed of its kind."),
-    wheel: list[Path] = typer.Option([], "--wheel", metavar="WHEEL", help="An exported wheel: its kernel replaces the seed of its kind."),
+                                     "or attention instead of the bundled seed (repeatable; wins over a --wheel or "
+                                     "--run of its kind, which then only certify it when its sha256 matches)."),
+    run: list[Path] = typer.Option([], "--run", metavar="RUN", help="A run directory: its best kernel replaces the seed "
+                                   "of its kind, and its accepted commits certify a --kernel file with their bytes."),
+    wheel: list[Path] = typer.Option([], "--wheel", metavar="WHEEL", help="An exported wheel: its kernel replaces the "
+                                     "seed of its kind, certified by the wheel's certificate when the hashes match."),
     sequences: int = typer.Option(3, min=1, max=16, metavar="N", help="Sequences in the batch."),
     seed: int = typer.Option(0, metavar="S", help="Seed for the weights and the tokens."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Score the same tokens as a sampler (paged decode, chunked prefill) and as a trainer
-    (packed, with backward), with the certified kernels and with torch's; exit 1 unless the
-    certified ratio is exactly 1.0 for every token."""
+    (packed, with backward), in float32 and bfloat16, with the Triton kernels and with torch's;
+    check each kernel that is not a bundled seed for batch invariance at its seed's workload
+    shapes; say what certifies each kernel.  Exit 1 unless every Triton ratio is exactly 1.0
+    and every shape check passed."""
     from tik_agent.backends import device as devices
-    from tik_agent.onpolicy import kernels, report, sources
+    from tik_agent.onpolicy import kernels, reach, report, sources
+    from tik_agent.spec.schema import load_spec
+    from tik_agent.spec.seeds import BUNDLED_DIR
 
     devices.prepare("cpu")
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="tik-onpolicy-") as tmp:
         # numpy's notes on the interpreter's masked -inf lanes (inf - inf), not results.
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
-        files = dict(sources.parse_kernel_option(k) for k in kernel)
-        for r in run:
-            kind, path = sources.from_run(r, Path(tmp) / f"run{len(files)}")
-            files[kind] = path
-        for w in wheel:
-            kind, path = sources.from_wheel(w, Path(tmp))
-            files[kind] = path
-        certified = report.compare(kernels.certified(files), sequences=sequences, seed=seed)
-        stock = report.compare(kernels.stock(), sequences=sequences, seed=seed)
+        chosen = sources.resolve(kernel, run, wheel, Path(tmp))
+        uncertified = [k for k, s in chosen.items() if not s.certified]
+        triton = kernels.triton({k: s.path for k, s in chosen.items() if s.origin != "bundled seed"},
+                                name=set_label(uncertified))
+        shapes = {k: (reach.ReachResult(k, None, reason="the bundled seed: check-seed runs its full grid")
+                      if s.bundled else reach.check_reach(k, load_spec(BUNDLED_DIR / k), s.path))
+                  for k, s in chosen.items()}
+        sides = []
+        for dtype in report.DTYPES:
+            sides.append(report.compare(triton, sequences=sequences, seed=seed, dtype=dtype))
+            sides.append(report.compare(kernels.stock(), sequences=sequences, seed=seed, dtype=dtype))
+    triton_sides = [s for s in sides if s.kernels != "stock"]
+    ratios_ok = all(s.on_policy for s in triton_sides)
+    shapes_ok = all(r.passed is not False for r in shapes.values())
     if as_json:
-        say(json.dumps({"certified": certified.to_dict(), "stock": stock.to_dict(),
-                        "on_policy": certified.on_policy}, indent=2))
+        say(json.dumps({"on_policy": ratios_ok and shapes_ok, "ratios_exactly_one": ratios_ok,
+                        "shape_checks_passed": shapes_ok, "label": triton.name,
+                        "kernels": [dict(chosen[k].to_dict(), shape_check=shapes[k].to_dict()) for k in chosen],
+                        "results": [s.to_dict() for s in sides]}, indent=2))
     else:
-        _table(certified, stock)
-    if not certified.on_policy:
-        say(("failed:", "red"), f" certified kernels give {certified.tokens - certified.identical} of "
-            f"{certified.tokens} tokens different log-probs in the sampler and the trainer", err=True)
+        _tables(chosen, shapes, sides)
+    for r in shapes.values():
+        if r.passed is False:
+            say(("failed:", "red"), f" {r.kind} is not batch invariant at its workload shapes: {r.failure}", err=True)
+    for s in triton_sides:
+        if not s.on_policy:
+            say(("failed:", "red"), f" {s.kernels} kernels give {s.tokens - s.identical} of {s.tokens} tokens "
+                f"different {s.dtype} log-probs in the sampler and the trainer", err=True)
+    if not (ratios_ok and shapes_ok):
         raise typer.Exit(EXIT_REJECTED)
+    if as_json:
+        return
+    which = "the certified kernels" if not uncertified else f"these kernels ({', '.join(uncertified)} uncertified)"
+    say(("ok", "green"), f": with {which} every importance ratio is exactly 1.0 in "
+        f"{' and '.join(report.DTYPES)}")
 
 
-def _table(certified, stock) -> None:
-    table = Table(title=f"on-policy check: {certified.tokens} response tokens, sampler vs trainer",
-                  title_justify="left")
-    for column in ("kernels", "max |ratio - 1|", "bit-identical", "seconds"):
-        table.add_column(column, justify="left" if column == "kernels" else "right")
-    for side in (certified, stock):
-        table.add_row(side.kernels, f"{side.max_abs_ratio_minus_1:.3g}",
+def set_label(uncertified: list[str]) -> str:
+    """The Triton row's label: "certified" only when every kernel is."""
+    return "certified" if not uncertified else f"triton ({', '.join(uncertified)} uncertified)"
+
+
+def _tables(chosen: dict, shapes: dict, sides: list) -> None:
+    kinds = Table(title="kernels", title_justify="left")
+    for column in ("kind", "kernel", "certified by", "workload shapes"):
+        kinds.add_column(column, overflow="fold")
+    for kind, s in chosen.items():
+        r = shapes[kind]
+        checked = (f"not checked: {r.reason}" if r.passed is None else
+                   f"ok, {r.cases} cases ({r.shapes}), {r.seconds:.0f} s" if r.passed else f"FAILED: {r.failure}")
+        kinds.add_row(kind, s.origin, s.certified_by.text if s.certified_by else "uncertified", checked)
+    emit(kinds)
+    tokens = sides[0].tokens
+    table = Table(title=f"on-policy check: {tokens} response tokens, sampler vs trainer", title_justify="left")
+    for column in ("kernels", "dtype", "max |r-1|", "mean |r-1|", "KL (k3)", "bit-identical", "s"):
+        table.add_column(column, justify="left" if column in ("kernels", "dtype") else "right",
+                         overflow="fold" if column == "kernels" else "ellipsis")
+    for side in sides:
+        table.add_row(side.kernels, side.dtype, f"{side.max_abs_ratio_minus_1:.3g}",
+                      f"{side.mean_abs_ratio_minus_1:.3g}", f"{side.kl_k3:.3g}",
                       f"{side.identical}/{side.tokens} ({side.identical_fraction:.0%})", f"{side.seconds:.1f}")
     emit(table)
-    if certified.on_policy:
-        say(("ok", "green"), ": with the certified kernels every importance ratio is exactly 1.0")
 
 
 def register(app: typer.Typer, cls: type) -> None:

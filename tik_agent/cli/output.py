@@ -5,17 +5,21 @@ signatures (``log_softmax(logits)[target]``) and paths are user or program text,
 and square brackets in them must print as typed.  Styles come from
 :class:`rich.text.Text` parts instead (:func:`line`).
 
-A terminal gets tables sized to it and source that wraps; a file or a pipe gets
-plain, complete text: lines are never wrapped or cropped to a width nobody reads.
+A terminal gets tables sized to it, lines wrapped between words and source that
+wraps; a file or a pipe gets plain, complete text: lines are never wrapped,
+cropped or padded to a width nobody reads.
 """
 
 from __future__ import annotations
 
+import copy
+import io
 import os
 from pathlib import Path
 
 from rich.console import Console, RenderableType
 from rich.syntax import Syntax
+from rich.table import Table
 from rich.text import Text
 
 from tik_agent.errors import UsageError
@@ -35,18 +39,28 @@ def line(*parts: str | tuple[str, str]) -> Text:
 
 
 def say(*parts: str | tuple[str, str], err: bool = False) -> None:
-    """Print one line, never wrapped (a pipe keeps it whole, a terminal folds it itself)."""
+    """Print one line: whole in a file or a pipe; on a terminal wrapped between words, so that
+    a number is never cut in two."""
     target = err_console if err else console
-    target.print(line(*parts), soft_wrap=True, highlight=False)
+    target.print(line(*parts), soft_wrap=not target.is_terminal, highlight=False)
 
 
 def emit(renderable: RenderableType, target: Console | None = None) -> None:
-    """A table or a tree: fitted to a terminal, at its natural width in a file or a pipe."""
+    """A table or a tree: fitted to a terminal; in a file or a pipe at its natural width, a
+    table's title on a line of its own (never wrapped to the table's width), no line padded."""
     target = target or console
     if target.is_terminal:
         target.print(renderable)
-    else:
-        Console(file=target.file, width=PIPE_WIDTH, markup=False, highlight=False, color_system=None).print(renderable)
+        return
+    buffer = io.StringIO()
+    plain = Console(file=buffer, width=PIPE_WIDTH, markup=False, highlight=False, color_system=None)
+    if isinstance(renderable, Table) and renderable.title is not None:
+        title, renderable = str(renderable.title), copy.copy(renderable)
+        renderable.title = None
+        buffer.write(title + "\n")
+    plain.print(renderable)
+    target.file.write("".join(ln.rstrip() + "\n" for ln in buffer.getvalue().splitlines()))
+    target.file.flush()
 
 
 def source(text: str, lexer: str = "python", line_numbers: bool = True) -> None:

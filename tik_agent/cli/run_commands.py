@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -20,7 +22,7 @@ from tik_agent.run.lineage import KERNEL_FILE, SEED_TAG
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 from tik_agent.spec import seeds
 
-_FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--seed", "device": "--device",
+_FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--rng-seed", "device": "--device",
           "rounds": "--rounds", "eval_timeout_s": "--eval-timeout"}
 
 
@@ -44,7 +46,9 @@ def optimize(
                                     "(else RAY_ADDRESS; else a local Ray instance for this run)."),
     run_dir: Path = typer.Option(None, metavar="DIR", help="The run directory.  [default: runs/<timestamp>-<seed>]"),
     resume: Path = typer.Option(None, metavar="DIR", help="Continue the run in this directory."),
-    rng_seed: int = typer.Option(None, "--seed", metavar="S", help="Seed of the search's random choices.  [default: 0]"),
+    rng_seed: int = typer.Option(None, "--rng-seed", metavar="S", help="Seed of the search's random choices.  [default: 0]"),
+    legacy_seed: int = typer.Option(None, "--seed", metavar="S", help="Deprecated: --rng-seed (in eval, --seed names "
+                                    "the seed kernel)."),
     device: str = typer.Option(None, metavar="DEVICE", help="cpu (Triton interpreter), cuda or auto.  [default: auto]"),
     rounds: int = typer.Option(None, metavar="R", help="Timing rounds per evaluation.  [default: 5]"),
     eval_timeout: float = typer.Option(None, metavar="S", help="Seconds before an evaluation's worker is killed.  "
@@ -65,9 +69,10 @@ def optimize(
     from tik_agent.run import rundir
     from tik_agent.agents.factory import check_agent, make_agent
     from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
-    from tik_agent.search.interrupts import stop_on_signals
+    from tik_agent.search.interrupts import kill_sandboxes_on_interrupt, stop_on_signals
     from tik_agent.search.optimize import Optimizer
 
+    rng_seed = _rng_seed(rng_seed, legacy_seed)
     _check_positive({"--iterations": iterations, "--workers": workers, "--rounds": rounds,
                      "--eval-timeout": eval_timeout, "--max-tokens": max_tokens, "--max-cost": max_cost,
                      "--patience": patience})
@@ -119,37 +124,72 @@ def optimize(
     logging.getLogger("tik_agent").info("%s", explanation)
     if note is not None:
         logging.getLogger("tik_agent").warning("%s", note)
-    session = (rundir.reopen(path, config, fresh_audit) if resume is not None
-               else rundir.create(path, config, fresh_audit))
+    try:
+        with kill_sandboxes_on_interrupt():  # the seed's outputs and audit run in sandboxes
+            session = (rundir.reopen(path, config, fresh_audit) if resume is not None
+                       else rundir.create(path, config, fresh_audit))
+    except KeyboardInterrupt:
+        if not is_run_dir(path):
+            say("interrupted before the run was made; nothing to resume", err=True)
+        else:
+            say(f"interrupted while preparing the run (the seed's outputs and its audit); continue it with: "
+                f"{resume_command(path)}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if probes is not None:
         shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
     pool = None
     try:
         pool = open_executor(executor, session, workers=config.workers, ray_address=ray_address)
         optimizer = Optimizer(session, the_agent, executor=pool)
-        with stop_on_signals(optimizer):
+        # Every evaluation's worker phases: the loop's own lines (or the live view) say enough.
+        with stop_on_signals(optimizer), _quiet("tik_agent.progress"):
             if console.is_terminal:
                 from tik_agent.view.live import LiveView
 
-                quiet = logging.getLogger("tik_agent.search.optimize")
-                level = quiet.level
-                quiet.setLevel(logging.WARNING)  # the live table shows what these lines would say
-                try:
-                    with LiveView(console, optimizer):
-                        summary = optimizer.run()
-                finally:
-                    quiet.setLevel(level)
+                with _quiet("tik_agent.search.optimize"), LiveView(console, optimizer):  # the live table says it
+                    summary = optimizer.run()
             else:
                 summary = optimizer.run()
+    except KeyboardInterrupt:  # a second Ctrl-C: no summary was written by this session's end
+        say(f"interrupted; continue the run with: {resume_command(path)}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if pool is not None:
             pool.close()
         session.close()
     _print_summary(path, summary)
     if summary.stop_reason == "interrupted":
+        say(f"continue the run with: {resume_command(path)}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.stop_reason in ("error", "agent_unavailable"):
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _rng_seed(rng_seed: int | None, legacy: int | None) -> int | None:
+    """``--rng-seed``, or the deprecated ``--seed`` with a warning (both: they must agree)."""
+    if legacy is None:
+        return rng_seed
+    if rng_seed is not None and rng_seed != legacy:
+        raise UsageError(f"--seed {legacy} and --rng-seed {rng_seed}: give --rng-seed only")
+    say(("warning:", "yellow"), " optimize --seed is deprecated: use --rng-seed (in eval, --seed is the seed kernel)",
+        err=True)
+    return legacy
+
+
+def resume_command(path: Path) -> str:
+    return f"tik-agent optimize --resume {shlex.quote(str(path))}"
+
+
+@contextmanager
+def _quiet(logger: str):
+    """``logger`` at WARNING for the block."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _check_positive(values: dict) -> None:
@@ -213,6 +253,8 @@ def _print_summary(path: Path, s: RunSummary) -> None:
         for n in s.nodes:
             say(f"  {s.executor} node {n['node']}: {len(n['slots'])} slot(s), {n['evaluations']} evaluations, "
                 f"{n['evaluations_per_min']:.2f}/min" + (f", {n['lost']} lost" if n["lost"] else ""))
+    if s.stop_reason == "exhausted":
+        say("the search is exhausted: the agent has nothing new to try from any kernel of the frontier")
     say("run directory: ", (str(path), "bold"), f"  (best kernel: {path / KERNEL_FILE})")
 
 

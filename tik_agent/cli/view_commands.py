@@ -8,66 +8,123 @@ naming the file (exit 2), never a traceback.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
+from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from tik_agent import figures
-from tik_agent.cli.output import EXIT_OK, EXIT_USAGE, emit, line, output_dir, say, source
+from tik_agent.cli.output import EXIT_USAGE, console, emit, line, output_dir, say, source
 from tik_agent.errors import UsageError
 from tik_agent.run import rundir
 from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
-from tik_agent.run.lineage import EVALUATION_FILE, KERNEL_FILE, SEED_TAG, AcceptedKernel, Lineage, open_run
+from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, SEED_TAG, AcceptedKernel, Lineage, open_run,
+                                   require_directory)
 from tik_agent.run.runconfig import RunConfig, is_run_dir
 from tik_agent.search.tickets import noise_of
+from tik_agent.spec.cases import count_text
 
 RUNS_DIR = Path("runs")
 
 
-def runs(directory: Path = typer.Argument(RUNS_DIR, metavar="DIR", help="A directory of runs, or one run.")) -> None:
+def runs(directory: Path = typer.Argument(RUNS_DIR, metavar="DIR", help="A directory of runs, or one run."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table.")) -> None:
     """A table of runs."""
-    if not directory.exists():
-        raise UsageError(f"{directory}: no such directory")
-    if not directory.is_dir():
-        raise UsageError(f"{directory}: not a directory")
+    require_directory(directory)
     found = [directory] if is_run_dir(directory) else sorted(p for p in directory.iterdir() if is_run_dir(p))
-    if not found:
-        say(f"no runs in {directory}")
-        raise typer.Exit(EXIT_OK)
-    table = Table(title=f"runs in {directory}", title_justify="left")
-    for col in ("run", "seed", "agent", "attempts", "accepted", "best", "tokens", "cost", "state"):
-        numeric = col in ("attempts", "accepted", "best", "tokens", "cost")
-        table.add_column(col, justify="right" if numeric else "left")
-    unreadable = []
+    rows, unreadable = [], []
     for p in found:
         try:
-            config, summary = RunConfig.load(p), RunSummary.load(p)
+            rows.append(_run_row(p))
         except UsageError as exc:
             unreadable.append(str(exc))
-            table.add_row(p.name, "?", "?", "-", "-", "-", "-", "-", "unreadable (see below)")
-            continue
-        holder = rundir.holder(p)
-        agent = config.agent + (f" ({config.model})" if config.model else "")
-        if summary is None:
-            table.add_row(p.name, config.seed_name, agent, f"0/{config.limits.iterations}", "-", "-", "-", "-",
-                          f"starting (pid {holder})" if holder else "not started")
-            continue
-        state = f"running (pid {holder})" if holder else (summary.stop_reason or "killed")
-        table.add_row(p.name, summary.seed, agent, f"{summary.iterations}/{summary.iterations_limit}",
-                      str(summary.accepted), _best(summary),
-                      f"{summary.input_tokens + summary.output_tokens:,}",
-                      "-" if summary.cost_usd is None else f"${summary.cost_usd:.2f}", state)
-    emit(table)
+            rows.append({"run": p.name, "path": str(p), "state": "unreadable", "error": str(exc)})
+    if as_json:
+        say(json.dumps({"directory": str(directory), "runs": rows}, indent=2))
+    elif not found:
+        say(f"no runs in {directory}")
+    else:
+        emit(render_runs(directory, rows, console.width if console.is_terminal else None))
     for message in unreadable:
         say(("error:", "red"), f" {message}", err=True)
     if unreadable:
         raise typer.Exit(EXIT_USAGE)
 
 
-def lineage(run: Path = typer.Argument(..., metavar="RUN", help="A run directory.")) -> None:
+def _run_row(p: Path) -> dict:
+    """One run as ``runs --json`` gives it (UsageError for an unreadable run file)."""
+    config, summary = RunConfig.load(p), RunSummary.load(p)
+    holder = rundir.holder(p)
+    row = {"run": p.name, "path": str(p), "seed": config.seed_name, "agent": config.agent, "model": config.model,
+           "device": config.device, "attempts": 0, "attempts_limit": config.limits.iterations, "accepted": 0,
+           "best_speedup": None, "best_noise": None, "best_attempt": None, "input_tokens": 0, "output_tokens": 0, "cost_usd": None,
+           "stop_reason": None, "pid": int(holder) if holder and holder.isdigit() else holder}
+    if summary is None:
+        row["state"] = "starting" if holder else "not started"
+        return row
+    row.update(seed=summary.seed, attempts=summary.iterations, attempts_limit=summary.iterations_limit,
+               accepted=summary.accepted, best_speedup=summary.best_speedup, best_noise=summary.best_noise,
+               best_attempt=summary.best_attempt,
+               input_tokens=summary.input_tokens, output_tokens=summary.output_tokens, cost_usd=summary.cost_usd,
+               stop_reason=summary.stop_reason)
+    row["state"] = "running" if holder else (summary.stop_reason or "killed")
+    return row
+
+
+# Below this many columns a run is a short paragraph instead of a table row.
+NARROW = 100
+
+
+def render_runs(directory: Path, rows: list[dict], width: int | None) -> RenderableType:
+    """The runs as a table (a pipe, or a terminal of ``NARROW`` columns and more), else one
+    paragraph per run that wraps between words: nothing is cut at 80 columns."""
+    if width is None or width >= NARROW:
+        return _runs_table(directory, rows)
+    parts: list[RenderableType] = [Text(f"runs in {directory}", style="bold")]
+    for r in rows:
+        if r["state"] == "unreadable":
+            parts.append(line((r["run"], "bold"), "  unreadable (see below)"))
+            continue
+        c = _run_cells(r)
+        parts.append(line((r["run"], "bold"), f"  {c['state']}"))
+        parts.append(Padding(Text(f"{c['seed']}, {c['agent']}: {c['attempts']} attempts, {c['accepted']} accepted, "
+                                  f"best {c['best']}, {c['tokens']} tokens, cost {c['cost']}"), (0, 0, 0, 2)))
+    return Group(*parts)
+
+
+def _run_cells(r: dict) -> dict[str, str]:
+    started = r["best_speedup"] is not None
+    return {"seed": r["seed"], "agent": r["agent"] + (f" ({r['model']})" if r["model"] else ""),
+            "attempts": f"{r['attempts']}/{r['attempts_limit']}", "accepted": str(r["accepted"]) if started else "-",
+            "best": figures.speedup(r["best_speedup"], r["best_noise"])
+            if started and r["best_attempt"] != SEED_TAG else "-",
+            "tokens": f"{r['input_tokens'] + r['output_tokens']:,}" if started else "-",
+            "cost": "-" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}",
+            "state": f"{r['state']} (pid {r['pid']})" if r["pid"] else r["state"]}
+
+
+def _runs_table(directory: Path, rows: list[dict]) -> Table:
+    table = Table(title=f"runs in {directory}", title_justify="left")
+    for col in ("run", "seed", "agent", "attempts", "accepted", "best", "tokens", "cost", "state"):
+        numeric = col in ("attempts", "accepted", "best", "tokens", "cost")
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
+    for r in rows:
+        if r["state"] == "unreadable":
+            table.add_row(r["run"], "?", "?", "-", "-", "-", "-", "-", "unreadable (see below)")
+            continue
+        c = _run_cells(r)
+        table.add_row(r["run"], c["seed"], c["agent"], c["attempts"], c["accepted"], c["best"], c["tokens"],
+                      c["cost"], c["state"])
+    return table
+
+
+def lineage(run: Path = typer.Argument(..., metavar="RUN", help="A run directory."),
+            as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a tree.")) -> None:
     """The tree of accepted kernels with their speedups, and attempt counts by outcome."""
     lin = open_run(run)
     records = finished_records(run)
@@ -80,6 +137,15 @@ def lineage(run: Path = typer.Argument(..., metavar="RUN", help="A run directory
     children: dict[str, list] = {}
     for k in lin.accepted():
         children.setdefault(k.parent_commit, []).append(k)
+    if as_json:
+        kernels = [{"id": SEED_TAG, "commit": root, "parent_commit": None, "speedup_vs_seed": 1.0,
+                    "speedup_vs_parent": None, "attempts_from": tried.get(root, 0), "best": root == best}]
+        kernels += [{"id": k.attempt_id, "commit": k.commit, "parent_commit": k.parent_commit,
+                     "speedup_vs_seed": k.speedup_vs_seed, "speedup_vs_parent": k.speedup_vs_parent,
+                     "noise": _noise(lin, k), "attempts_from": tried.get(k.commit, 0), "best": k.commit == best} for k in lin.accepted()]
+        say(json.dumps({"run": lin.run_id, "best_commit": best, "kernels": kernels, "attempts": len(records),
+                        "outcomes": dict(sorted(counts.items(), key=lambda kv: -kv[1]))}, indent=2))
+        return
 
     def label(commit: str, name: str, figure: str) -> Text:
         n = tried.get(commit, 0)
@@ -107,47 +173,77 @@ def lineage(run: Path = typer.Argument(..., metavar="RUN", help="A run directory
 
 
 def show(run: Path = typer.Argument(..., metavar="RUN", help="A run directory."),
-         ident: str = typer.Argument(..., metavar="ID", help="An attempt id (a0007), seed, main or a commit.")) -> None:
+         ident: str = typer.Argument(..., metavar="ID", help="An attempt id (a0007), seed, main or a commit."),
+         source_only: bool = typer.Option(False, "--source", help="Print exactly the source file's bytes, nothing else."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text.")) -> None:
     """An attempt's or a kernel's source, evaluator report and diff against its parent.
 
-    In a file or a pipe the source is written verbatim (never cropped or wrapped).
+    In a file or a pipe every part is plain and whole (never cropped or wrapped); --source
+    gives the source alone, byte for byte.
     """
+    if source_only and as_json:
+        raise UsageError("--source and --json: give one")
+    shown, data = _shown(run, ident)
+    if source_only:
+        if data is None:
+            raise UsageError(f"{ident}: attempt {ident} has no candidate source")
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    if as_json:
+        say(json.dumps(shown, indent=2))
+        return
+    if shown["kind"] == "attempt":
+        record = shown["record"]
+        say(f"attempt {ident}" + (f" from {record['parent_id']}: {record['outcome']}" if record else " (unfinished)"))
+        if record and record["reason"]:
+            say(f"  {record['reason']}")
+        if record and record["rationale"]:
+            say(f"idea: {record['rationale']}")
+    else:
+        say(f"commit {shown['commit']}  " + ", ".join(f"{k}: {v}" for k, v in shown["trailers"].items()))
+    if shown["source"] is not None:
+        source(shown["source"])
+    if shown["report"] is not None:
+        _print_report(shown["report"], shown["promoted"], shown["parent_is_seed"])
+    if shown["diff"]:
+        source(shown["diff"], "diff", line_numbers=False)
+
+
+def _shown(run: Path, ident: str) -> tuple[dict, bytes | None]:
+    """What ``show`` shows, as ``show --json`` gives it, and the source's exact bytes."""
     lin = open_run(run)
     attempt_dir = run / "attempts" / ident
     if attempt_dir.is_dir():
         record = _record(attempt_dir / "record.json")
-        head = f"attempt {ident}" + (f" from {record.parent_id}: {record.outcome.value}" if record else " (unfinished)")
-        say(head)
-        if record and record.reason:
-            say(f"  {record.reason}")
-        text = _read(attempt_dir / "candidate.py")
+        path = attempt_dir / "candidate.py"
+        data = path.read_bytes() if path.is_file() else None
         report = _last_verdict(attempt_dir)
-        diff = _read(attempt_dir / "diff.patch")
-        if record and record.rationale:
-            say(f"idea: {record.rationale}")
-        promoted = record is not None and record.outcome is AttemptOutcome.ACCEPTED
         # Unfinished: the report says whether a parent other than the seed was timed.
         parent_is_seed = record.parent_id == SEED_TAG if record else not any(
             c.get("parent") for c in (report or {}).get("timing", []))
-    else:
-        commit = lin.resolve(ident)
-        trailers = lin.trailers(commit)
-        say(f"commit {commit}  " + ", ".join(f"{k}: {v}" for k, v in trailers.items()))
-        text = lin.file_at(commit, KERNEL_FILE)
-        report = _loads(lin.file_at(commit, EVALUATION_FILE), f"{EVALUATION_FILE} of {commit[:12]}")
-        parent = lin.parents(commit)
-        diff, promoted = None, True
-        parent_is_seed = parent == [lin.root_commit()]
-        if parent:
-            from tik_agent.search.briefing import source_diff
+        return {"kind": "attempt", "id": ident, "record": record.to_dict() if record else None,
+                "commit": record.commit if record else None,
+                "promoted": record is not None and record.outcome is AttemptOutcome.ACCEPTED,
+                "parent_is_seed": parent_is_seed,
+                "source": _text(data), "report": report, "diff": _read(attempt_dir / "diff.patch")}, data
+    commit = lin.resolve(ident)
+    data = lin.repo.blob(commit, KERNEL_FILE)
+    if data is None:
+        raise UsageError(f"{KERNEL_FILE}: not in commit {commit[:12]} of {run}")
+    parent = lin.parents(commit)
+    diff = None
+    if parent:
+        from tik_agent.search.briefing import source_diff
 
-            diff = source_diff(lin.file_at(parent[0], KERNEL_FILE), text, parent[0][:10], commit[:10])
-    if text is not None:
-        source(text)
-    if report is not None:
-        _print_report(report, promoted, parent_is_seed)
-    if diff:
-        source(diff, "diff", line_numbers=False)
+        diff = source_diff(lin.file_at(parent[0], KERNEL_FILE), _text(data), parent[0][:10], commit[:10])
+    return {"kind": "commit", "id": ident, "commit": commit, "trailers": lin.trailers(commit), "promoted": True,
+            "parent_is_seed": parent == [lin.root_commit()], "source": _text(data), "diff": diff,
+            "report": _loads(lin.file_at(commit, EVALUATION_FILE), f"{EVALUATION_FILE} of {commit[:12]}")}, data
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _read(path: Path) -> str | None:
@@ -168,13 +264,6 @@ def _record(path: Path) -> AttemptRecord | None:
         return AttemptRecord.from_dict(read_json(path))
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: not an attempt record: {exc}") from None
-
-
-def _best(summary: RunSummary) -> str:
-    """The runs table's best speedup: with its spread, or "-" while the seed is the best."""
-    if summary.best_attempt == SEED_TAG:
-        return "-"
-    return figures.speedup(summary.best_speedup, summary.best_noise)
 
 
 def _noise(lin: Lineage, kernel: AcceptedKernel) -> float | None:
@@ -204,7 +293,7 @@ def _print_report(report: dict, promoted: bool, parent_is_seed: bool = False) ->
     cases = report.get("cases", [])
     passed = sum(1 for c in cases if c.get("passed"))
     outcome = report.get("outcome", report.get("kind"))
-    text = f"evaluation: {outcome}, parity {passed}/{len(cases)} cases"
+    text = f"evaluation: {outcome}, parity {passed}/{count_text(c.get('params', {}).get('origin', 'grid') for c in cases)}"
     speed = report.get("speedup")
     if report.get("kind") == "seed":
         text += ", the seed's own audit (the reference of every speedup)"
@@ -233,7 +322,7 @@ def _print_report(report: dict, promoted: bool, parent_is_seed: bool = False) ->
 def report(run: Path = typer.Argument(..., metavar="RUN", help="A run directory."),
            out: Path = typer.Option(None, metavar="DIR", help="Where to write report.png and report.html.  [default: RUN/report]"),
            ) -> None:
-    """Write a picture of speedup over time and of the lineage (PNG, and HTML embedding it)."""
+    """Write a picture of each attempt's speedup (in finishing order) and of the lineage (PNG, and HTML embedding it)."""
     from tik_agent.view.report import write_report
 
     open_run(run)  # a bad RUN is named before any directory is made

@@ -9,6 +9,11 @@ forward in the parent's eyes, each gets its own limit, and the sum of the
 limits is the worker's hard wall-clock limit, so lying about the phase buys at
 most the budget of the phases skipped.
 
+The watch also reports progress (logger ``tik_agent.progress``, which the CLI
+shows while a person waits for one evaluation or a seed's audit and quiets
+during a run's loop): each phase the worker enters, and every
+:data:`HEARTBEAT_S` seconds the phase it is in and for how long.
+
 Default limits: a few times what the same phase cost the seed on this device,
 never under a floor (start-up noise, a loaded machine).  The limits may arrive
 while the worker already runs (the seed's worker runs beside it); until then a
@@ -17,6 +22,7 @@ phase has no limit of its own, only the worker's overall one.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import time
@@ -28,6 +34,9 @@ FLOOR_S = 60.0
 FACTOR = 5.0
 # Without a measurement (an old cached reference): the former flat default.
 UNMEASURED_S = 900.0
+HEARTBEAT_S = 30.0
+
+progress_log = logging.getLogger("tik_agent.progress")
 
 
 def derived_limit(seed_seconds: float | None) -> float:
@@ -62,9 +71,13 @@ class PhaseWatch:
     started: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
     abort: str | None = None          # set from another thread: kill the worker with this reason
+    label: str = "worker"             # who is watched, for progress lines ("the seed's worker")
+    cases: str = ""                   # the parity cases the worker runs, for progress lines
+    begun: float = field(init=False, default=0.0)
+    reported: float = field(init=False, default=0.0)  # when the last progress line was written
 
     def __post_init__(self):
-        self.started[self.phase] = time.monotonic()
+        self.started[self.phase] = self.begun = self.reported = time.monotonic()
 
     def total(self) -> float:
         return sum(self.limits.get(p, 0.0) for p in PHASES if p in self.limits)
@@ -75,13 +88,24 @@ class PhaseWatch:
             return
         self.durations[self.phase] = now - self.started[self.phase]
         self.phase = seen
-        self.started[seen] = now
+        self.started[seen] = self.reported = now
+        progress_log.info("%s: %s phase, %.0f s in%s", self.label, seen, now - self.begun, self._cases())
+
+    def _cases(self) -> str:
+        return f"; {self.cases}" if self.phase == "parity" and self.cases else ""
+
+    def _heartbeat(self, now: float) -> None:
+        if now - self.reported >= HEARTBEAT_S:
+            self.reported = now
+            progress_log.info("%s: %s phase for %.0f s, %.0f s in all%s", self.label, self.phase,
+                              now - self.started[self.phase], now - self.begun, self._cases())
 
     def __call__(self) -> str | None:
         if self.abort:
             return self.abort
         now = time.monotonic()
         self._advance(now)
+        self._heartbeat(now)
         limit = self.limits.get(self.phase)
         if limit is not None and now - self.started[self.phase] > limit:
             return f"the {self.phase} phase ran past its {limit:g} s limit ({self.basis})"

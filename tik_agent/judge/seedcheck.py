@@ -27,6 +27,8 @@ from tik_agent.sandbox.harness import as_outputs
 from tik_agent.spec.schema import KernelSpec, Tolerance
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("tik_agent.progress")
+PROGRESS_S = 10.0  # at most one progress line this often (and one for the first case)
 
 # Regimes where a float64 reference is meaningful.  With NaN/inf entries the
 # special values differ by convention (which NaN, inf - inf), and in the large
@@ -43,6 +45,7 @@ class SeedReport:
     seconds: float = 0.0
     reference_used: bool = False
     planned: list[Case] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C: the results so far, the rest not run
 
     @property
     def cases_text(self) -> str:
@@ -51,11 +54,20 @@ class SeedReport:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return not self.interrupted and all(r.passed for r in self.results)
 
     @property
     def first_failure(self) -> CaseResult | None:
         return next((r for r in self.results if not r.passed), None)
+
+    def to_dict(self) -> dict:
+        failure = self.first_failure
+        return {"seed": self.spec.name, "device": self.device, "passed": self.passed,
+                "interrupted": self.interrupted, "planned_cases": len(self.planned), "cases_run": len(self.results),
+                "planned": self.cases_text, "seconds": round(self.seconds, 3), "reference_used": self.reference_used,
+                "checks_passed": self.counts_by_check(),
+                "first_failure": failure.to_dict() if failure is not None else None,
+                "results": [r.to_dict() for r in self.results]}
 
     def counts_by_check(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -102,13 +114,20 @@ def check_seed(spec: KernelSpec, device: str, cases: list[Case] | None = None, s
     runner = Runner(entry, spec, device)
     planned = cases if cases is not None else audit_cases(spec, device)
     report = SeedReport(spec, device, reference_used=reference is not None, planned=planned)
-    start = time.perf_counter()
-    for case in planned:
-        result = _check_case(spec, case, runner, reference, device)
-        report.results.append(result)
-        log.debug("%s: %s", case.id, "ok" if result.passed else result.message)
-        if not result.passed and stop_at_first:
-            break
+    start = reported = time.perf_counter()
+    try:
+        for n, case in enumerate(planned, 1):
+            now = time.perf_counter()
+            if n == 1 or now - reported >= PROGRESS_S:
+                reported = now
+                progress.info("%s: case %d/%d, %.0f s", spec.name, n, len(planned), now - start)
+            result = _check_case(spec, case, runner, reference, device)
+            report.results.append(result)
+            log.debug("%s: %s", case.id, "ok" if result.passed else result.message)
+            if not result.passed and stop_at_first:
+                break
+    except KeyboardInterrupt:
+        report.interrupted = True
     report.seconds = time.perf_counter() - start
     return report
 

@@ -21,6 +21,7 @@ from tik_agent.sandbox import hostops
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
 from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.spec.cases import count_text
 from tik_agent.spec.schema import KernelSpec
 
 RESULT_LIMIT_BYTES = 16 * 1024**2
@@ -49,6 +50,8 @@ class _Sandbox:
 
     def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
         (self.dir / REQUEST_FILE).write_text(json.dumps(request))
+        watch.label = "the seed's worker" if request.get("mode") == "reference" else "the candidate's worker"
+        watch.cases = count_text(c.get("origin", "grid") for c in request.get("cases", []))
         extra = {}
         if options.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"

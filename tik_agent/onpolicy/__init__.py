@@ -6,4 +6,7 @@ prefill, sequences joining and leaving the batch) and as a trainer does
 (:mod:`.trainer`: packed full sequences in one batch, with a backward pass).
 :mod:`.report` compares the two per token.  With batch-invariant kernels
 (:mod:`.kernels`) the importance ratio is exactly 1.0 for every token.
+:mod:`.sources` says what certifies each kernel file, and :mod:`.reach` runs
+the files at the hidden sizes a real model has, which the small decoder
+never reaches.
 """

@@ -1,8 +1,8 @@
-"""Gradients for the certified kernels in the trainer: the kernel files' backward entries.
+"""Gradients for the Triton kernels in the trainer: the kernel files' backward entries.
 
 Each wrapper is a ``torch.autograd.Function`` whose forward calls the kernel's
 entry and whose backward calls its backward entry with the saved inputs, so a
-trainer's gradients come from the same certified file as its log-probs.
+trainer's gradients come from the same kernel file as its log-probs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The four kernels the decoder needs, as one set: certified (Triton) or torch's stock.
+"""The four kernels the decoder needs, as one set: Triton kernel files or torch's stock.
 
-A certified set calls kernel files (the bundled seeds by default, or a run's
-best kernel, or an exported wheel's ``kernel.py`` for one of them) and gives
-every kernel its gradient through the file's backward entry.
+A Triton set calls kernel files (the bundled seeds by default, or a run's
+best kernel, an exported wheel's ``kernel.py`` or any file for one of them)
+and gives every kernel its gradient through the file's backward entry.
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ def paged_attention_torch(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tab
     return torch.cat(outs, dim=0)
 
 
-def certified(files: Mapping[str, Path] | None = None) -> KernelSet:
-    """Triton kernels: the bundled seeds, with any of them replaced by ``files[kind]``."""
+def triton(files: Mapping[str, Path] | None = None, name: str = "triton") -> KernelSet:
+    """Triton kernel files: the bundled seeds, with any of them replaced by ``files[kind]``.
+
+    Whether a file is certified is :mod:`tik_agent.onpolicy.sources`' business; ``name``
+    labels the set in reports (never "certified" unless every file is)."""
     from tik_agent.spec.seeds import BUNDLED_DIR
     from tik_agent.spec.schema import load_spec
 
@@ -84,7 +87,7 @@ def certified(files: Mapping[str, Path] | None = None) -> KernelSet:
             raise UsageError(f"--kernel {kind}={path}: no such file")
         entries[kind] = _load(path, spec)
         sources[kind] = "bundled seed" if kind not in files else str(path)
-    return KernelSet("certified", entries["matmul"], entries["rmsnorm"], entries["attention"],
+    return KernelSet(name, entries["matmul"], entries["rmsnorm"], entries["attention"],
                      entries["logprobs"], sources)
 
 

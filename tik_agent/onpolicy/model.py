@@ -38,15 +38,19 @@ class Batch:
 
 
 class Decoder:
-    def __init__(self, config: Config, seed: int = 0):
+    """``dtype`` is the weights', activations', cache's and RoPE tables' (float32 or bfloat16):
+    the same random draws in either."""
+
+    def __init__(self, config: Config, seed: int = 0, dtype: str = "float32"):
         import torch
 
         self.config = c = config
+        self.dtype = getattr(torch, dtype)
         gen = torch.Generator().manual_seed(seed)
 
         def w(*shape, scale=None):
             scale = scale if scale is not None else shape[0] ** -0.5
-            return (torch.randn(*shape, generator=gen) * scale).contiguous()
+            return (torch.randn(*shape, generator=gen) * scale).to(self.dtype).contiguous()
 
         self.embed = w(c.vocab, c.dim, scale=1.0)
         self.blocks = []
@@ -61,7 +65,7 @@ class Decoder:
         self.lm_head = w(c.dim, c.vocab)
         inv = 1.0 / (c.rope_base ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
         angles = torch.arange(c.max_positions, dtype=torch.float32)[:, None] * inv[None, :]
-        self.cos, self.sin = angles.cos(), angles.sin()
+        self.cos, self.sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     def parameters(self) -> list:
         out = [self.embed, self.final_norm, self.lm_head]
@@ -74,7 +78,7 @@ class Decoder:
 
         c = self.config
         shape = (num_blocks, page, c.kv_heads, c.head_dim)
-        return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(c.layers)]
+        return [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)) for _ in range(c.layers)]
 
     def _rope(self, x, positions):
         import torch

@@ -1,7 +1,7 @@
 """The sequences both sides see: prompts and responses drawn in advance from a seed.
 
 The tokens are fixed before either side runs (teacher forcing), so that the
-certified and the stock kernels, the sampler and the trainer all score the
+Triton and the stock kernels, the sampler and the trainer all score the
 same tokens; the sampler's path is still a serving engine's.
 """
 

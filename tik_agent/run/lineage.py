@@ -156,9 +156,18 @@ class Lineage:
         return data.decode()
 
 
+def require_directory(path: Path) -> None:
+    """UsageError, worded the same for every command, unless ``path`` is a directory."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise UsageError(f"{path}: not a directory")
+
+
 def open_run(path: Path | str) -> Lineage:
     """The lineage of a run directory; UsageError if the directory is not a run."""
     path = Path(path)
+    require_directory(path)
     if not (path / "run.json").is_file() or not (path / ".git").is_dir():
         raise UsageError(f"{path}: not a tik-agent run")
     lineage = Lineage(path)

@@ -247,7 +247,7 @@ def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions, fresh: boo
             log.info("%s is stale; recomputing the seed's outputs", path)
         except (OSError, RuntimeError, KeyError, EOFError) as exc:
             log.warning("%s is unreadable (%s); recomputing the seed's outputs", path, exc)
-    log.info("computing the seed's outputs on %d parity cases (%s)", len(wanted), options.device)
+    log.info("computing the seed's outputs on %d fixed parity cases (%s)", len(wanted), options.device)
     ref = compute_reference(spec, options)
     ref.save(path)
     return ref

@@ -9,9 +9,10 @@ best kernel's neighbourhood is exhausted; exploring from a runner-up makes a
 branch in the lineage and can find what the best one cannot.
 
 A member from which the agent repeatedly produced nothing new (no candidate,
-or one already tried; the offline agent says so when every move from it was
-tried) is *exhausted* and no longer drawn; when every member is, the search
-has nothing left to try.
+or one already tried) is *exhausted* and no longer drawn, and so at once is a
+member the agent says it has no move left from (the offline agent, when every
+move from it was tried); when every member is, the search has nothing left to
+try.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class Frontier:
     def note(self, parent_commit: str, no_code: bool) -> None:
         """Record an attempt's result against its parent (for exhaustion)."""
         self.no_code_streak[parent_commit] = self.no_code_streak.get(parent_commit, 0) + 1 if no_code else 0
+
+    def set_aside(self, commit: str) -> None:
+        """The agent has nothing left from ``commit``: exhausted now."""
+        self.no_code_streak[commit] = max(self.no_code_streak.get(commit, 0), EXHAUSTED_AFTER)
 
     def exhausted(self, commit: str) -> bool:
         return self.no_code_streak.get(commit, 0) >= EXHAUSTED_AFTER

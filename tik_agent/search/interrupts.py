@@ -73,3 +73,19 @@ def stop_on_signals(optimizer: Interruptible):
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextmanager
+def kill_sandboxes_on_interrupt():
+    """Ctrl-C kills every sandboxed child, then raises KeyboardInterrupt: a worker that a
+    thread waits for (the seed's, beside an evaluation) dies now instead of finishing."""
+
+    def handler(signum, frame):
+        kill_sandboxes()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -171,6 +171,8 @@ class Optimizer:
                         reason = StopReason.EXHAUSTED
                 if reason is not None:
                     if not self._in_flight:  # nothing running could change the answer
+                        if reason is StopReason.EXHAUSTED:
+                            log.info("the search is exhausted: nothing new from any kernel of the frontier")
                         self._stop = reason
                         self._cond.notify_all()
                         return None
@@ -264,6 +266,8 @@ class Optimizer:
                     return
             ticket.enter("proposing")
             record, candidate, parent_file = self._propose(ticket)
+            if record is None:  # the agent has no move left from this parent: not an attempt
+                return
             if candidate is None:
                 return self._complete(ticket, record)
             if slot is None:
@@ -286,8 +290,9 @@ class Optimizer:
             recent = self._propose_s[-5:]
         return bool(recent) and sorted(recent)[len(recent) // 2] > SLOW_PROPOSAL_S
 
-    def _propose(self, ticket: Ticket) -> tuple[AttemptRecord, Path | None, Path]:
-        """Ask the agent; keep what it said.  No candidate path: nothing to evaluate."""
+    def _propose(self, ticket: Ticket) -> tuple[AttemptRecord | None, Path | None, Path | None]:
+        """Ask the agent; keep what it said.  No candidate path: nothing to evaluate.  No record:
+        the agent is out of moves from the parent, which is set aside and the attempt redone."""
         s, aid, parent = self.s, ticket.attempt_id, ticket.parent
         with self._cond:
             records = list(self._records)
@@ -307,6 +312,13 @@ class Optimizer:
             self._usage[1] += usage.output_tokens
             if usage.cost_usd is not None:
                 self._usage[2] = (self._usage[2] or 0.0) + usage.cost_usd
+            if proposal.exhausted:  # its tokens count; as an attempt it is redone from another parent
+                self.frontier.set_aside(parent.commit)
+                self._redo.insert(0, aid)
+                self._cond.notify_all()
+        if proposal.exhausted:
+            log.info("%s set aside: %s", parent.name, proposal.error)
+            return None, None, None
         s.store.write(aid, "prompt.md", proposal.prompt)
         s.store.write(aid, "reply.md", proposal.reply)
         s.store.write(aid, "rationale.txt", proposal.rationale)

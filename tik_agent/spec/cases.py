@@ -318,6 +318,21 @@ def unique(cases: list[Case]) -> list[Case]:
     return out
 
 
+# Cases an evaluation (or a check-seed) adds to the fixed grid: sizes around literals, drawn sizes.
+PER_EVALUATION = ("literal", "drawn")
+
+
+def count_text(origins, adds: str = "this evaluation adds") -> str:
+    """What a count of cases counts, from their origins: '61 fixed parity cases', or
+    '66 parity cases (61 fixed + 5 this evaluation adds)'."""
+    origins = list(origins)
+    extra = sum(1 for o in origins if o in PER_EVALUATION)
+    fixed = len(origins) - extra
+    if not extra:
+        return f"{fixed} fixed parity cases"
+    return f"{len(origins)} parity cases ({fixed} fixed + {extra} {adds})"
+
+
 def describe(cases: list[Case]) -> str:
     """How many cases and why, e.g. '97 cases: 90 grid, 3 hidden, 3 above-grid (M=65,128,257), 1 drawn'."""
     groups: dict[str, list[int]] = {}

@@ -55,7 +55,10 @@ error names the file, the field and the offending value.  The schema::
     N = 4096
     dtype = "bfloat16"
     weight = 4.0
-    devices = ["cpu", "cuda"]         # optional: the interpreter needs small cells
+    devices = ["cpu", "cuda"]         # optional (default both): the interpreter needs
+                                      # small cells; required: at least one cell for
+                                      # cpu and one for cuda, or load_spec refuses
+                                      # the spec in one line naming the device
 
     [tunables]                        # module-level constants of kernel.py that
     GROUP_M = [1, 4, 8]               # leave each row's reduction order alone

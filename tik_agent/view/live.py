@@ -12,6 +12,7 @@ import time
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -78,11 +79,21 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     if snap.stop_reason:
         lines.append(Text(f"  stopping: {snap.stop_reason}", style="yellow"))
     recent = list(reversed(snap.recent))
+    wide = console is None or console.width >= WIDE
     if console is not None:
         used = len(console.render_lines(Group(*lines), console.options, pad=False))
-        room = console.size.height - used - 5  # the table's title, header, borders; one spare line
-        recent = recent[:max(1, room)]
-    lines.append(_attempts_table(recent))
+        room = console.size.height - used - 4  # the title, the header (and its rule); one spare line
+        if wide:
+            recent = recent[:max(1, room)]
+        else:  # each attempt takes its row and its note's lines: as many whole attempts as fit
+            kept, height = [], 0
+            for r in recent:
+                height += len(console.render_lines(_narrow_row(r), console.options, pad=False))
+                if kept and height > room:
+                    break
+                kept.append(r)
+            recent = kept
+    lines.append(_attempts_table(recent) if wide else _attempts_lines(recent))
     return Group(*lines)
 
 
@@ -109,32 +120,64 @@ def _noise_lines(snap: Snapshot) -> list[Text]:
                  style="yellow", no_wrap=True, overflow="ellipsis")]
 
 
+# Fixed columns: (title, justify, width).  The spread (±) is the verdict's noise, of both figures.
+COLUMNS = (("id", "left", 5), ("parent", "left", 6), ("outcome", "left", 16), ("vs seed", "right", 7),
+           ("±", "right", 4), ("vs par.", "right", 7), ("eval", "right", 5))
+# From this width the idea or reason fits beside the fixed columns; below it goes under its row.
+WIDE = 120
+
+
+def _note(r) -> str:
+    note = r.rationale if r.outcome.value == "accepted" else (r.reason or r.rationale)
+    return " ".join((note or "").split())
+
+
+def _cells(r) -> list[Text]:
+    outcome = r.outcome.value
+    # A rejected attempt's speedup is a measurement that did not count: dim, not a headline.
+    speed_style = "" if outcome == "accepted" else "dim"
+    # A kernel from the seed was timed against the seed only: one figure, "vs par." is left empty.
+    measured = r.speedup is not None
+    vs_parent = "" if r.parent_id == SEED_TAG else _speed(r.speedup_vs_parent)
+    return [Text(r.attempt_id), Text(r.parent_id), Text(outcome, style=OUTCOME_STYLE.get(outcome, "")),
+            Text(_speed(r.speedup), style=speed_style),
+            Text(figures.spread(r.noise)[1:] if measured else "", style=speed_style),
+            Text(vs_parent if measured else "", style=speed_style), Text(f"{r.eval_s:.0f} s")]
+
+
 def _attempts_table(records) -> Table:
-    """Fixed columns never wrap or shrink; the idea/reason column takes what is left and is
-    cut to one line, so that the table reads at 80 columns as at 200."""
+    """Wide terminals: fixed columns that never wrap or shrink; the idea/reason takes what is
+    left, cut to one line."""
     table = Table(title="recent attempts", title_justify="left", expand=False, padding=(0, 1), box=None,
                   pad_edge=False, header_style="bold underline")
-    for col, justify, width in (("id", "left", 5), ("parent", "left", 6), ("outcome", "left", 16),
-                                ("vs seed", "right", 7), ("±", "right", 4), ("vs par.", "right", 7),
-                                ("eval", "right", 5)):
+    for col, justify, width in COLUMNS:
         table.add_column(col, justify=justify, no_wrap=True, min_width=width)
     table.add_column("idea or reason", justify="left", ratio=1, min_width=8)
     for r in records:
-        outcome = r.outcome.value
-        note = r.rationale if outcome == "accepted" else (r.reason or r.rationale)
-        # A rejected attempt's speedup is a measurement that did not count: dim, not a headline.
-        speed_style = "" if outcome == "accepted" else "dim"
-        # The spread (±) is the verdict's noise, of both figures.  A kernel from the seed was
-        # timed against the seed only: one figure, "vs par." is left empty.
-        measured = r.speedup is not None
-        vs_parent = "" if r.parent_id == SEED_TAG else _speed(r.speedup_vs_parent)
-        table.add_row(r.attempt_id, r.parent_id, Text(outcome, style=OUTCOME_STYLE.get(outcome, "")),
-                      Text(_speed(r.speedup), style=speed_style),
-                      Text(figures.spread(r.noise)[1:] if measured else "", style=speed_style),
-                      Text(vs_parent if measured else "", style=speed_style),
-                      f"{r.eval_s:.0f} s",
-                      Text((note or "").splitlines()[0] if note else "", no_wrap=True, overflow="ellipsis"))
+        table.add_row(*_cells(r), Text(_note(r), no_wrap=True, overflow="ellipsis"))
     return table
+
+
+def _row(cells: list[Text]) -> Text:
+    parts = []
+    for cell, (_, justify, width) in zip(cells, COLUMNS):
+        cell = cell.copy()
+        cell.align(justify, width)
+        parts.append(cell)
+    return Text(" ").join(parts)
+
+
+def _narrow_row(r) -> Group:
+    """One attempt at 80 columns: its fixed columns, then its whole idea or reason below, indented."""
+    note = _note(r)
+    return Group(_row(_cells(r)), Padding(Text(note, style="dim"), (0, 0, 0, 7))) if note else Group(_row(_cells(r)))
+
+
+def _attempts_lines(records) -> Group:
+    """Narrow terminals: the same fixed columns, each attempt's idea or reason under its row,
+    wrapped between words and never cut."""
+    header = _row([Text(col, style="bold underline") for col, _, _ in COLUMNS])
+    return Group(Text("recent attempts (idea or reason below each)"), header, *(_narrow_row(r) for r in records))
 
 
 class LiveView:

@@ -1,4 +1,4 @@
-"""A picture of a run: speedup over time and the lineage tree (PNG), and an HTML page.
+"""A picture of a run: each attempt's speedup in finishing order and the lineage tree (PNG), and an HTML page.
 
 matplotlib is used through :class:`matplotlib.figure.Figure` and the Agg
 canvas directly: no pyplot, no global backend switch, nothing changed at import.
@@ -65,12 +65,25 @@ def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknow
     ax, tree = fig.subplots(1, 2)
 
     xs = list(range(1, len(records) + 1))
+    # An attempt without a speedup (no code, a rejection before timing) is a cross on a strip at
+    # the bottom of the axes, so that every attempt shows.
+    strip = ax.get_xaxis_transform()
     for outcome in sorted({r.outcome.value for r in records}):
-        pts = [(x, r.speedup) for x, r in zip(xs, records) if r.outcome.value == outcome and r.speedup]
-        if pts:
-            ax.scatter(*zip(*pts), s=36 if outcome == "accepted" else 14, label=outcome,
-                       color=COLORS.get(outcome, OTHER_COLOR), marker="*" if outcome == "accepted" else "o",
+        color = COLORS.get(outcome, OTHER_COLOR)
+        mine = [(x, r) for x, r in zip(xs, records) if r.outcome.value == outcome]
+        timed = [(x, r) for x, r in mine if r.speedup]
+        if timed:
+            # Noise bars: the evaluation's relative spread of the timings around the speedup.
+            ax.errorbar([x for x, _ in timed], [r.speedup for _, r in timed],
+                        yerr=[r.speedup * (r.noise or 0.0) for _, r in timed], fmt="none", ecolor=color,
+                        elinewidth=0.8, alpha=0.6, zorder=1)
+            ax.scatter([x for x, _ in timed], [r.speedup for _, r in timed], s=36 if outcome == "accepted" else 14,
+                       label=outcome, color=color, marker="*" if outcome == "accepted" else "o",
                        zorder=3 if outcome == "accepted" else 2)
+        untimed = [x for x, r in mine if not r.speedup]
+        if untimed:
+            ax.scatter(untimed, [0.03] * len(untimed), transform=strip, s=14, marker="x", color=color,
+                       label=f"{outcome} (not timed)" if not timed else None, zorder=2)
     best, steps = 1.0, [1.0]
     for r in records:
         if r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0) > best:
@@ -79,8 +92,8 @@ def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknow
     ax.step([0] + xs, steps, where="post", color="#2a9d3a", linewidth=1.5, label="best so far")
     ax.axhline(1.0, color="#666", linewidth=0.8, linestyle=":")
     fig.suptitle(f"run {lineage.run_id}: times measured on {device}", fontsize=10)
-    ax.set(title="speedup over the seed, attempt by attempt", xlabel="attempt (finishing order)",
-           ylabel="workload speedup vs seed")
+    ax.set(title="speedup over the seed, attempt by attempt (bars: timing noise; x: not timed)",
+           xlabel="attempt (finishing order)", ylabel="workload speedup vs seed")
     if records:
         ax.legend(fontsize=7, loc="best")
     else:
@@ -157,7 +170,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100
 <body><h1>{title}</h1>
 {_table(["", ""], facts)}
 {"<p>No attempts yet: the picture shows the seed only.</p>" if not records else ""}
-<img alt="speedup over time and lineage" src="data:image/png;base64,{image}">
+<img alt="speedup by attempt and lineage" src="data:image/png;base64,{image}">
 <h2>Accepted kernels</h2>
 {_table(["attempt", "parent", "vs seed", "vs parent", "commit"], accepted)}
 <h2>Attempts by outcome</h2>
