@@ -49,18 +49,17 @@ from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.harness import CaseOutputs
-from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
+from tik_agent.judge.parity import judge_self
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.judge.workerbox import _Sandbox, _sandbox_failure, from_worker  # noqa: F401  (re-exported)
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE
 from tik_agent.spec.schema import KernelSpec
-from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
+from tik_agent.judge.verdicts import judge_outputs, judge_parity
 
 log = logging.getLogger(__name__)
 
 BACKSTOP_S = 2 * UNMEASURED_S
-INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
 
@@ -208,7 +207,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             verdict = _sandbox_failure(proc, result, watch)
         if verdict is None:
             cases, expected = _expected(reference, extras, extra_outputs)
-            verdict = _judge(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
+            verdict = judge_outputs(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
                 # No timing at all (a worker told to stop, or one that lied) fails here as 0 calls reported.
                 timing = result.get("timing") or {}
@@ -247,7 +246,7 @@ def _parity_at_gate(spec: KernelSpec, box: _Sandbox, kernel_file: Path, extras: 
     except Exception as exc:  # the candidate's to write: a torn or forged file is its failure, not ours
         return Verdict(Outcome.INTEGRITY_FAILED, f"[output] the worker said it waits at the gate, but its parity "
                        f"outputs cannot be read ({type(exc).__name__})")
-    return _judge_parity(spec, cases, expected, outputs, kernel_file)[1]
+    return judge_parity(spec, cases, expected, outputs, kernel_file)[1]
 
 
 class _SeedSide:
@@ -332,87 +331,3 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
         checked = max(1, min(len(g["checked"]) for g in graph.values()))
         limits["graphs"] = derived_limit(None if seed_graphs is None else seed_graphs * kernels * (rounds + 4) / checked)
     return limits
-
-
-def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: dict, result: dict,
-           kernel_file: Path) -> Verdict:
-    env = result.get("environment", {})
-    cases, failed = _judge_parity(spec, all_cases, expected, outputs, kernel_file)
-    if failed is not None:
-        failed.environment = env
-        return failed
-    return _judge_timing(spec, device, cases, result.get("timing"), env)
-
-
-def _judge_parity(spec, all_cases: list[Case], expected: dict, outputs: dict,
-                  kernel_file: Path) -> tuple[list[dict], Verdict | None]:
-    """Every case's result as a record, and the verdict of the first failing one (None when all pass).
-
-    Judges both at the gate and after the worker exits (:mod:`tik_agent.judge.gate`)."""
-    results: list[CaseResult] = []
-    for case in all_cases:
-        out = _case_outputs(outputs, case.id)
-        if out is None:  # an honest worker saves every case before it is judged
-            results.append(CaseResult(case.id, Check.OUTPUT,
-                                      "the worker saved no outputs of the harness's form for this case"))
-            continue
-        r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, expected[case.id], r, tuple(o.name for o in spec.checked_outputs)))
-    # Each case's parameters travel with its result: a drawn case is in no grid to look up.
-    cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
-    failed = next((r for r in results if not r.passed), None)
-    if failed is None:
-        return cases, None
-    outcome = Outcome.INTEGRITY_FAILED if failed.failed in INTEGRITY_CHECKS else Outcome.PARITY_FAILED
-    mm = dict(failed.mismatch.to_dict(), case=failed.case_id) if failed.mismatch else None
-    return cases, Verdict(outcome, f"{failed.case_id}: [{failed.failed.value}] {failed.message}",
-                          cases=cases, first_mismatch=mm)
-
-
-def _case_outputs(outputs: dict, case_id: str) -> CaseOutputs | None:
-    """One case's outputs from the worker's file; None when it is missing or not in the harness's form."""
-    try:
-        return CaseOutputs.from_payload(outputs["cases"][case_id])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-def _judge_timing(spec, device: str, cases: list[dict], timing: dict | None, env: dict) -> Verdict:
-    """The verdict of a candidate whose parity held: its speedup, or SLOWER when a cell regressed."""
-    if not timing:
-        return Verdict(Outcome.PASSED, None, cases=cases, environment=env)
-    if timing.get("graph"):  # the graph replays decide; the per-call samples were the checks' occasion
-        timing = dict(timing, samples=timing["graph"]["samples"], timer=timing["graph"]["timer"],
-                      cells=timing["graph"]["cells"])
-    cells = _cells(spec, device, timing["samples"])
-    verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
-                      timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)
-    details = timing.get("cells", {})
-    for row in verdict.timing:  # the device timer's per-cell record: bytes, calls, launch overhead, clocks
-        if row["name"] in details:
-            row["device"] = details[row["name"]]
-    if timing.get("ceilings"):
-        verdict.ceilings = timing["ceilings"]
-    if all(c.parent is not None for c in cells):
-        verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
-        weights = {c.name: c.weight for c in cells}
-        verdict.speedup_vs_parent_low = min(paired_speedups(timing["samples"], weights, "parent"))
-    slow = regressions(cells)
-    if slow:
-        worst = max(slow, key=lambda c: c.candidate.median_ms / c.seed.median_ms)
-        verdict.outcome = Outcome.SLOWER
-        verdict.reason = (f"cell {worst.name} is {worst.candidate.median_ms / worst.seed.median_ms:.2f}x slower "
-                          f"than the seed (cap 1.05x, noise {worst.noise:.1%})")
-    return verdict
-
-
-def _cells(spec: KernelSpec, device: str, samples: dict) -> list[CellTiming]:
-    cells = []
-    for cell in spec.workload_for(device):
-        s = samples[cell.name]
-        shape = ", ".join([f"M={cell.m}"] + [f"{k}={v}" for k, v in cell.dims.items()]) + f", {cell.dtype}"
-        shape += ", forward+backward" if cell.backward else ""
-        ratios = tuple(a / b for a, b in zip(s["seed"], s["candidate"]))
-        cells.append(CellTiming(cell.name, shape, cell.weight, stats(s["seed"]), stats(s["candidate"]),
-                                stats(s["parent"]) if "parent" in s else None, ratios))
-    return cells

@@ -8,7 +8,8 @@ graph phase's calls per graph are known by then.
 
 The early stop: before opening the gate, the parent waits until the worker
 claims to be waiting (or has ended) and judges parity on the outputs it saved,
-with the code of the final judgement.  A candidate that fails gets
+with the code of the final judgement
+(:func:`tik_agent.judge.verdicts.judge_parity`).  A candidate that fails gets
 ``"proceed": false``, skips timing, the graph phase and the ceilings, and that
 failure is its verdict, whatever its worker does or writes afterwards.  Most
 candidates an LLM writes fail parity; they no longer pay for timing that would
