@@ -20,6 +20,7 @@ from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate_sa
 from tik_agent.judge.gate import Gate
 from tik_agent.judge.records import Outcome
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE, RESULT_FILE
+from tik_agent.spec.schema import load_spec
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
 WRONG_BITS = ("rstd = 1.0 / tl.sqrt(sum_sq / N + eps)", "rstd = 1.0 / tl.sqrt(sum_sq / N + 2 * eps)")
@@ -27,8 +28,6 @@ WRONG_BITS = ("rstd = 1.0 / tl.sqrt(sum_sq / N + eps)", "rstd = 1.0 / tl.sqrt(su
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    from tik_agent.spec.schema import load_spec
-
     return load_spec(small_rmsnorm(tmp_path_factory.mktemp("seed")))
 
 
@@ -77,7 +76,8 @@ def wrong_bits_timed(evaluate_kept, wrong_bits, options):
 def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
     """Negative control: the worker of a passing candidate goes past the gate."""
     verdict, phase, result = evaluate_kept(spec.source, options)
-    assert verdict.passed, verdict.reason
+    # The seed against itself: "slower" too when the machine is busy; timed either way.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None
     assert phase == "recheck" and "timing" in result
 
