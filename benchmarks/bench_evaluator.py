@@ -1,6 +1,7 @@
 """Cost of a full sandboxed evaluation against the same kernel calls run bare.
 
     .venv/bin/python benchmarks/bench_evaluator.py [--seeds rmsnorm logprobs matmul] [--rounds 3]
+    .venv/bin/python benchmarks/bench_evaluator.py --failing [--seeds rmsnorm]
 
 "full" is `evaluate(spec, seed, ...)` from a cold start: the seed's worker
 (every fixed case, this evaluation's drawn and literal cases, the seed's
@@ -19,6 +20,12 @@ audited: ``rundir.create`` (the seed's outputs, its audit, the root commit)
 with ``fresh_audit`` ("before": what every start cost before the audit cache)
 and without it, finding the audit in the cache ("after").  Both use a
 temporary cache, which the first "before" fills; the two alternate.
+
+``--failing`` instead times one evaluation of a candidate that fails parity (the
+seed with a one-line edit that changes its bits), against a reference computed
+beforehand, as an optimize run does: static rules, the seed's worker for this
+evaluation's cases, the candidate's worker, judging.  Most candidates an LLM
+writes fail parity, so this is the common attempt.  Every run is printed.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from tik_agent.sandbox import launches  # noqa: E402
 from tik_agent.judge.literals import batch_sizes_around, compared_literals  # noqa: E402
 from tik_agent.judge.plan import per_evaluation_cases  # noqa: E402
 from tik_agent.spec.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
-from tik_agent.judge.evaluate import EvalOptions, evaluate  # noqa: E402
+from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate  # noqa: E402
 from tik_agent.sandbox.harness import Runner, load_entry  # noqa: E402
 from tik_agent.spec.seeds import resolve  # noqa: E402
 
@@ -111,18 +118,61 @@ def second_run(names: list[str], rounds: int, warmup: int, repeat: int) -> None:
                   f"| {a / b:.4f} ({b / a:.0f}x faster) |", flush=True)
 
 
+# A one-line edit per seed that changes its bits.
+WRONG_BITS = {
+    "rmsnorm": ("sum_sq / N + eps", "sum_sq / N + 2 * eps"),
+    "logprobs": ("lse = safe_row_max + tl.log(total)", "lse = safe_row_max + tl.log(total * 1.000001)"),
+}
+
+
+def failing(spec, rounds: int, warmup: int, reference, workdir: Path) -> tuple[float, str]:
+    old, new = WRONG_BITS[spec.name]
+    source = spec.source.read_text()
+    if old not in source:
+        sys.exit(f"{spec.name}: {old!r} is not in the seed's kernel")
+    candidate = workdir / "candidate.py"
+    candidate.write_text(source.replace(old, new, 1))
+    start = time.perf_counter()
+    verdict = evaluate(spec, candidate, EvalOptions(device="cpu", rounds=rounds, warmup=warmup), reference)
+    if verdict.outcome.value != "parity_failed":
+        sys.exit(f"{spec.name}: the edited seed was not a parity failure: {verdict.outcome.value}: {verdict.reason}")
+    return time.perf_counter() - start, verdict.reason.split(": [")[0]
+
+
+def main_failing(args) -> None:
+    print("| seed | runs, s | median, s | first failing case |")
+    print("| --- | --- | ---: | --- |")
+    for name in args.seeds:
+        spec = resolve(name)
+        reference = compute_reference(spec, EvalOptions(device="cpu", rounds=args.rounds, warmup=args.warmup))
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = [failing(spec, args.rounds, args.warmup, reference, Path(tmp)) for _ in range(args.repeat)]
+        times = [t for t, _ in runs]
+        print(f"| {name} | {', '.join(f'{t:.1f}' for t in times)} | {statistics.median(times):.1f} | {runs[0][1]} |",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", nargs="+", default=["rmsnorm", "logprobs", "matmul"])
+    parser.add_argument("--seeds", nargs="+", help="default: rmsnorm logprobs matmul (--failing: rmsnorm logprobs)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--second-run", action="store_true",
                         help="time the start of a run of an already audited seed, before and after the audit cache")
+    parser.add_argument("--failing", action="store_true",
+                        help="time one evaluation of a parity-failing candidate instead (seeds: "
+                        + ", ".join(WRONG_BITS) + ")")
     args = parser.parse_args()
     if args.second_run:
-        second_run(args.seeds, args.rounds, args.warmup, args.repeat)
+        second_run(args.seeds or ["rmsnorm"], args.rounds, args.warmup, args.repeat)
         return
+    if args.failing:
+        args.seeds = args.seeds or list(WRONG_BITS)
+        if not set(args.seeds) <= set(WRONG_BITS):
+            parser.error(f"--failing: only {', '.join(WRONG_BITS)} have an edit that changes their bits")
+        return main_failing(args)
+    args.seeds = args.seeds or ["rmsnorm", "logprobs", "matmul"]
     print("| seed | cases | full evaluation, s | bare calls, s | full / bare |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name in args.seeds:

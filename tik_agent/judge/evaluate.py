@@ -12,14 +12,18 @@ Order of events, each a wall against a way evaluators get fooled:
    evaluation, sizes around the candidate's literals, warm-ups, re-check
    positions and the inputs of every timed call; a second seed worker computes
    the seed's outputs on the new cases and its digests on the timed inputs;
-4. the candidate's worker: its parity outputs before any seed code is loaded,
-   then interleaved timing against the seed (and the parent), every call of
-   the candidate digested, then a re-check per cell; on cuda then the graph
-   phase (:mod:`tik_agent.sandbox.graphs`), whose replays decide the speedup;
+4. the candidate's worker: its parity outputs before any seed code is loaded;
+   then it waits at a gate while the trusted side judges those outputs against
+   the seed's (:mod:`tik_agent.judge.gate`): a candidate that fails stops
+   there with that failure as its verdict, whatever its worker does next; one
+   that passes goes on to interleaved timing against the seed (and the
+   parent), every call of the candidate digested, then a re-check per cell; on
+   cuda then the graph phase (:mod:`tik_agent.sandbox.graphs`), whose replays
+   decide the speedup;
 5. the trusted side judges bits, invariance, determinism, launches and input
-   digests, every timed call against the seed, every graph replay against the
-   seed graph and the digested ones against the seed's own worker
-   (:mod:`tik_agent.judge.graphcheck`), then the timing rules.
+   digests again on what the worker left, every timed call against the seed,
+   every graph replay against the seed graph and the digested ones against the
+   seed's own worker (:mod:`tik_agent.judge.graphcheck`), then the timing rules.
 
 Each worker phase has its own wall-clock limit, a few times the seed's time
 for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
@@ -27,14 +31,15 @@ for it (:mod:`tik_agent.judge.phases`), unless ``--timeout`` fixes one limit.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tik_agent.backends.graph_timer import MIN_SAMPLES
 from tik_agent.bits import digest
+from tik_agent.judge.gate import Gate
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
 from tik_agent.judge import phases
@@ -44,18 +49,17 @@ from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.harness import CaseOutputs
-from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
+from tik_agent.judge.parity import judge_self
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.judge.workerbox import _Sandbox, _sandbox_failure, from_worker  # noqa: F401  (re-exported)
-from tik_agent.sandbox.worker import GATE_FILE
+from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE
 from tik_agent.spec.schema import KernelSpec
-from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
+from tik_agent.judge.verdicts import judge_outputs, judge_parity
 
 log = logging.getLogger(__name__)
 
 BACKSTOP_S = 2 * UNMEASURED_S
-INTEGRITY_CHECKS = {Check.OUTPUT, Check.LAUNCH, Check.INPUTS, Check.DETERMINISM}
 # Executables Triton runs on a GPU to build kernels and its launcher.
 CUDA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm", "gcc", "cc", "clang", "ld", "ldconfig")
 
@@ -170,10 +174,16 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
     lenient = frozenset(c.id for c in extras)
     box = _Sandbox(spec, options.keep_workdir)
     watch = box.watch({}, f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
+    gate = Gate(box.dir / GATE_FILE, box.dir / PROGRESS_FILE)
+    kernel = "candidate.py"
+
+    def parity_at_gate(seed_value: tuple) -> Verdict | None:  # only a worker that will be timed waits there
+        return _parity_at_gate(spec, box, box.dir / kernel, extras, seed_value)
+
     seed_side = _SeedSide(spec, options, reference, fixed, extras, digests, lenient, watch, len(kernels),
-                          box.dir / GATE_FILE, plan.graph if plan else None)
+                          gate, plan.graph if plan else None, parity_at_gate if plan is not None else None)
     try:
-        kernel = box.add("candidate.py", candidate)
+        box.add(kernel, candidate)
         extra = {"seed_kernel": box.add("seed_kernel.py", spec.source)}
         if parent is not None:
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
@@ -184,19 +194,27 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         seed_side.start()
         # Without --timeout the phase limits are the real ones; the overall limit is a backstop.
         wall = options.timeout_s or BACKSTOP_S
-        proc = box.run(_request("candidate", kernel, options.device, fixed + extras, **extra), options, watch, wall)
+        try:
+            proc = box.run(_request("candidate", kernel, options.device, fixed + extras, **extra), options, watch, wall)
+        finally:
+            gate.worker_ended.set()  # the seed side never waits on a worker that is gone
         reference, extra_outputs, seed_result = seed_side.join()
         result = box.result()
-        verdict = _sandbox_failure(proc, result, watch)
+        if seed_side.early_failure is not None:  # judged at the gate: final, whatever the worker did next
+            verdict = seed_side.early_failure
+            verdict.environment = (result or {}).get("environment", {})
+        else:
+            verdict = _sandbox_failure(proc, result, watch)
         if verdict is None:
-            cases = reference.cases + [c for c in extras if c.id in extra_outputs]
-            expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras if c.id in extra_outputs})
-            verdict = _judge(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
+            cases, expected = _expected(reference, extras, extra_outputs)
+            verdict = judge_outputs(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
-                failed = judge_timed_calls(plan, result["timing"].get("calls", {}), seed_result.get("digests", {}),
+                # No timing at all (a worker told to stop, or one that lied) fails here as 0 calls reported.
+                timing = result.get("timing") or {}
+                failed = judge_timed_calls(plan, timing.get("calls", {}), seed_result.get("digests", {}),
                                            box.dir / kernel)
                 if failed is None and plan.graph is not None:
-                    failed = judge_graph(plan.graph, result["timing"].get("graph", {}), seed_result.get("graph", {}),
+                    failed = judge_graph(plan.graph, timing.get("graph", {}), seed_result.get("graph", {}),
                                          box.dir / kernel)
                 if failed is not None:
                     verdict.outcome, verdict.reason = failed.outcome, failed.reason
@@ -204,54 +222,80 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
         return verdict
     finally:
+        gate.worker_ended.set()
         seed_side.join(raise_errors=False)
         box.close()
+
+
+def _expected(reference: Reference, extras: list[Case], extra_outputs: dict) -> tuple[list[Case], dict]:
+    """The cases the candidate is judged on, and the seed's full outputs for each (a drawn
+    case the seed failed itself is dropped)."""
+    cases = reference.cases + [c for c in extras if c.id in extra_outputs]
+    expected = dict(reference.outputs, **{c.id: extra_outputs[c.id].full for c in extras if c.id in extra_outputs})
+    return cases, expected
+
+
+def _parity_at_gate(spec: KernelSpec, box: _Sandbox, kernel_file: Path, extras: list[Case],
+                    seed_value: tuple) -> Verdict | None:
+    """The early judgement (:mod:`tik_agent.judge.gate`): the failure verdict of the parity
+    outputs the worker saved before it said it waits at the gate, or None to let it be timed."""
+    reference, extra_outputs, _ = seed_value
+    cases, expected = _expected(reference, extras, extra_outputs)
+    try:
+        outputs = box.outputs()
+    except Exception as exc:  # the candidate's to write: a torn or forged file is its failure, not ours
+        return Verdict(Outcome.INTEGRITY_FAILED, f"[output] the worker said it waits at the gate, but its parity "
+                       f"outputs cannot be read ({type(exc).__name__})")
+    return judge_parity(spec, cases, expected, outputs, kernel_file)[1]
 
 
 class _SeedSide:
     """The seed's worker for one evaluation, in a thread: the fixed cases too when
     no reference was given, this evaluation's cases, the digests of the timed inputs.
-    When it ends it sets the candidate's phase limits and opens the gate."""
+    When it ends it sets the candidate's phase limits; with ``parity_at_gate``, it
+    then judges the candidate's parity as soon as the candidate waits at the gate
+    (``early_failure``); then it opens the gate."""
 
     def __init__(self, spec, options, reference, fixed, extras, digests, lenient, watch: PhaseWatch, kernels: int,
-                 gate: Path, graph: dict | None = None):
+                 gate: Gate, graph: dict | None = None,
+                 parity_at_gate: Callable[[tuple], Verdict | None] | None = None):
         self.args = spec, options, reference, fixed, extras, digests, lenient
         self.watch, self.kernels, self.gate, self.graph = watch, kernels, gate, graph
+        self.parity_at_gate = parity_at_gate
         self.value: tuple | None = None
         self.error: BaseException | None = None
+        self.early_failure: Verdict | None = None
         self.thread = threading.Thread(target=self._run, name="tik-seed-side", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def _run(self) -> None:
-        spec, options, reference, fixed, extras, digests, lenient = self.args
         try:
-            if reference is None:
-                outputs, result, times = _run_seed(spec, options, fixed + extras, digests, lenient, self.graph)
-                reference = _reference(spec, fixed, outputs, result, times)
-                times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
-            else:
-                outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph)
-            self.watch.limits.update(_phase_limits(options, reference, times, self.kernels, self.graph))
-            self.value = reference, outputs, result
+            self.value = self._seed()
+            if self.parity_at_gate is not None and self.gate.worker_waits():
+                self.early_failure = self.parity_at_gate(self.value)
         except BaseException as exc:  # re-raised in the caller's thread
             self.error = exc
-            self.watch.abort = f"the seed's own worker failed: {exc}"
+            self.watch.abort = (f"the seed's own worker failed: {exc}" if self.value is None
+                                else f"judging the candidate's parity at the gate failed: {exc}")
         finally:
-            self._open_gate()
+            # The gate holds what the candidate's worker needs from the seed's: the number of
+            # calls per graph of each cell (chosen by trusted code).
+            seed_result = self.value[2] if self.value else {}
+            calls = {cell: g["calls"] for cell, g in (seed_result.get("graph") or {}).items()}
+            self.gate.open(self.error is None and self.early_failure is None, calls)
 
-    def _open_gate(self) -> None:
-        """The gate holds what the candidate's worker needs from the seed's: the number of
-        calls per graph of each cell (chosen by trusted code). Written whole, then renamed."""
-        seed_result = self.value[2] if self.value else {}
-        calls = {cell: g["calls"] for cell, g in (seed_result.get("graph") or {}).items()}
-        try:
-            tmp = self.gate.with_name(self.gate.name + ".tmp")
-            tmp.write_text(json.dumps({"graph_calls": calls}))
-            tmp.replace(self.gate)
-        except OSError:
-            pass
+    def _seed(self) -> tuple:
+        spec, options, reference, fixed, extras, digests, lenient = self.args
+        if reference is None:
+            outputs, result, times = _run_seed(spec, options, fixed + extras, digests, lenient, self.graph)
+            reference = _reference(spec, fixed, outputs, result, times)
+            times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
+        else:
+            outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph)
+        self.watch.limits.update(_phase_limits(options, reference, times, self.kernels, self.graph))
+        return reference, outputs, result
 
     def join(self, raise_errors: bool = True) -> tuple:
         if self.thread.is_alive() or self.thread.ident is not None:
@@ -287,60 +331,3 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
         checked = max(1, min(len(g["checked"]) for g in graph.values()))
         limits["graphs"] = derived_limit(None if seed_graphs is None else seed_graphs * kernels * (rounds + 4) / checked)
     return limits
-
-
-def _judge(spec, device: str, all_cases: list[Case], expected: dict, outputs: dict, result: dict,
-           kernel_file: Path) -> Verdict:
-    env = result.get("environment", {})
-    results: list[CaseResult] = []
-    for case in all_cases:
-        out = CaseOutputs.from_payload(outputs["cases"][case.id])
-        r = judge_self(spec, case, out, kernel_file, digest(make_inputs(spec, case, "cpu")))
-        results.append(judge_against(case, out, expected[case.id], r, tuple(o.name for o in spec.checked_outputs)))
-    # Each case's parameters travel with its result: a drawn case is in no grid to look up.
-    cases = [dict(r.to_dict(), params=c.to_dict()) for r, c in zip(results, all_cases)]
-    failed = next((r for r in results if not r.passed), None)
-    if failed is not None:
-        outcome = Outcome.INTEGRITY_FAILED if failed.failed in INTEGRITY_CHECKS else Outcome.PARITY_FAILED
-        mm = dict(failed.mismatch.to_dict(), case=failed.case_id) if failed.mismatch else None
-        return Verdict(outcome, f"{failed.case_id}: [{failed.failed.value}] {failed.message}",
-                       cases=cases, first_mismatch=mm, environment=env)
-    timing = result.get("timing")
-    if not timing:
-        return Verdict(Outcome.PASSED, None, cases=cases, environment=env)
-    if timing.get("graph"):  # the graph replays decide; the per-call samples were the checks' occasion
-        timing = dict(timing, samples=timing["graph"]["samples"], timer=timing["graph"]["timer"],
-                      cells=timing["graph"]["cells"])
-    cells = _cells(spec, device, timing["samples"])
-    verdict = Verdict(Outcome.PASSED, None, speedup=weighted_speedup(cells), noise=weighted_noise(cells),
-                      timer=timing["timer"], cases=cases, timing=[c.to_dict() for c in cells], environment=env)
-    details = timing.get("cells", {})
-    for row in verdict.timing:  # the device timer's per-cell record: bytes, calls, launch overhead, clocks
-        if row["name"] in details:
-            row["device"] = details[row["name"]]
-    if timing.get("ceilings"):
-        verdict.ceilings = timing["ceilings"]
-    weights = {c.name: c.weight for c in cells}
-    verdict.speedup_low = min(paired_speedups(timing["samples"], weights, "seed"))
-    if all(c.parent is not None for c in cells):
-        verdict.speedup_vs_parent = weighted_speedup(cells, against="parent")
-        verdict.speedup_vs_parent_low = min(paired_speedups(timing["samples"], weights, "parent"))
-    slow = regressions(cells)
-    if slow:
-        worst = max(slow, key=lambda c: c.candidate.median_ms / c.seed.median_ms)
-        verdict.outcome = Outcome.SLOWER
-        verdict.reason = (f"cell {worst.name} is {worst.candidate.median_ms / worst.seed.median_ms:.2f}x slower "
-                          f"than the seed (cap 1.05x, noise {worst.noise:.1%})")
-    return verdict
-
-
-def _cells(spec: KernelSpec, device: str, samples: dict) -> list[CellTiming]:
-    cells = []
-    for cell in spec.workload_for(device):
-        s = samples[cell.name]
-        shape = ", ".join([f"M={cell.m}"] + [f"{k}={v}" for k, v in cell.dims.items()]) + f", {cell.dtype}"
-        shape += ", forward+backward" if cell.backward else ""
-        ratios = tuple(a / b for a, b in zip(s["seed"], s["candidate"]))
-        cells.append(CellTiming(cell.name, shape, cell.weight, stats(s["seed"]), stats(s["candidate"]),
-                                stats(s["parent"]) if "parent" in s else None, ratios))
-    return cells

@@ -48,11 +48,10 @@ def cell_call(spec, cell, entry: Callable, seed: int, device: str) -> tuple[Call
 
 
 def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,
-                 progress: Callable[[str], None], wait: Callable[[], None] = lambda: None) -> dict:
+                 progress: Callable[[str], None]) -> dict:
     """Warm-ups, interleaved timed rounds and re-checks; returns samples and per-call facts.
 
-    ``wait`` blocks until the parent opens the gate (its other work is done)."""
-    wait()
+    Called once the parent has opened the gate (:mod:`tik_agent.sandbox.worker`)."""
     progress(PHASE_TIMING)
     timer = timer_for(device)
     names = list(kernels)  # the candidate first

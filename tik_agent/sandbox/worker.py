@@ -21,6 +21,12 @@ Modes:
   plan, then the graph phase (:mod:`tik_agent.sandbox.graphs`), its calls per
   graph read from the gate the parent opens.
 
+With timing requested, the candidate's worker saves its parity outputs, then
+reports ``waiting`` and waits for the gate file before it loads the seed.  The
+parent judges parity on those outputs before it opens the gate; when the gate
+says ``"proceed": false`` (parity failed, a final verdict) the worker loads
+nothing more and times nothing (:mod:`tik_agent.judge.gate`).
+
 The request is deleted as soon as it is read (it holds the secret plan's
 seeds).  The worker reports its phase (load, parity, timing, recheck, digests)
 in ``progress`` so that the parent can apply a limit per phase.
@@ -41,7 +47,8 @@ REQUEST_FILE = "request.json"
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
 PROGRESS_FILE = "progress"
-# Created by the parent when the seed's worker is done: timing starts only then.
+# Created by the parent when the seed's worker is done and the candidate's parity is
+# judged: {"proceed": bool, "graph_calls": {cell: calls}}; timing starts only then.
 GATE_FILE = "gate"
 TRACE_LIMIT = 4000
 
@@ -89,16 +96,17 @@ def _progress(workdir: Path):
     return report
 
 
-def _gate(workdir: Path, timing: dict, progress):
-    def wait() -> None:
-        if timing.get("gate"):
-            import time
+def _wait_at_gate(workdir: Path, timing: dict, progress) -> dict:
+    """Block until the parent opens the gate; what it says (no gate requested: proceed)."""
+    if not timing.get("gate"):
+        return {"proceed": True, "graph_calls": {}}
+    import time
 
-            progress("waiting")
-            while not (workdir / timing["gate"]).exists():
-                time.sleep(0.05)
-
-    return wait
+    progress("waiting")
+    gate = workdir / timing["gate"]
+    while not gate.exists():
+        time.sleep(0.05)
+    return json.loads(gate.read_text())
 
 
 def _run(request: dict, workdir: Path, result: dict) -> None:
@@ -148,6 +156,8 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             _save(outputs, workdir)
             return
+    # Saved before the gate: the parent judges parity on this file while the worker waits there.
+    _save(outputs, workdir)
     if request.get("digests"):
         progress("digests")
         result["digests"] = seed_digests(spec, device, entry, request["digests"])
@@ -158,16 +168,19 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         result["graph"] = reference(spec, device, entry, request["graph"])
     timing = request.get("timing")
     if timing:
-        kernels = {"candidate": entry, "seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
-        if request.get("parent_kernel"):
-            kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
         try:
-            result["timing"] = time_kernels(spec, device, kernels, timing, progress, _gate(workdir, timing, progress))
+            gate = _wait_at_gate(workdir, timing, progress)
+            if gate["proceed"] is not True:  # parity failed: the verdict is given, timing would be thrown away
+                return
+            kernels = {"candidate": entry, "seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
+            if request.get("parent_kernel"):
+                kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
+            result["timing"] = time_kernels(spec, device, kernels, timing, progress)
             if timing.get("graph"):
                 from tik_agent.sandbox.graphs import graph_phase
 
-                calls = json.loads((workdir / timing["gate"]).read_text())["graph_calls"]
-                result["timing"]["graph"] = graph_phase(spec, device, kernels, timing["graph"], calls, progress)
+                result["timing"]["graph"] = graph_phase(spec, device, kernels, timing["graph"], gate["graph_calls"],
+                                                        progress)
             if device == "cuda" and timing.get("ceilings"):  # eval only: the device's copy and matmul ceilings
                 from tik_agent.backends.device_timing import measure_ceilings
 
@@ -175,13 +188,15 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-    _save(outputs, workdir)
 
 
 def _save(outputs: dict, workdir: Path) -> None:
+    """Written whole, then renamed: the parent may read it while the worker waits at the gate."""
     import torch
 
-    torch.save(outputs, workdir / OUTPUTS_FILE)
+    tmp = workdir / (OUTPUTS_FILE + ".tmp")
+    torch.save(outputs, tmp)
+    tmp.replace(workdir / OUTPUTS_FILE)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,166 @@
+"""The early stop at the gate (tik_agent.judge.gate): a candidate that fails parity is
+never timed, its verdict is what it was, and nothing its worker writes or claims
+turns that into a pass.
+
+Evaluations go through ``evaluate_sandboxed`` (below the static rules, which would
+stop the hostile corpus file first) on the small rmsnorm grid, with the worker's
+directory kept: its last reported phase and result.json show how far it got.
+"""
+
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from seedutil import edit, small_rmsnorm
+from shared import cached_reference
+from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
+from tik_agent.judge.gate import Gate
+from tik_agent.judge.records import Outcome
+from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE, RESULT_FILE
+from tik_agent.spec.schema import load_spec
+
+CORPUS = Path(__file__).parent / "adversarial" / "runtime"
+WRONG_BITS = ("rstd = 1.0 / tl.sqrt(sum_sq / N + eps)", "rstd = 1.0 / tl.sqrt(sum_sq / N + 2 * eps)")
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return load_spec(small_rmsnorm(tmp_path_factory.mktemp("seed")))
+
+
+@pytest.fixture(scope="module")
+def options():
+    from conftest import DEVICE
+
+    return EvalOptions(device=DEVICE, rounds=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def reference(spec, options):
+    return cached_reference(spec, options)
+
+
+@pytest.fixture(scope="module")
+def evaluate_kept(spec, reference, tmp_path_factory):
+    """Evaluate, keeping the worker's directory: the verdict, the candidate worker's last
+    reported phase and its result.json."""
+
+    def run(candidate: Path, options: EvalOptions):
+        kept = tmp_path_factory.mktemp("kept")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tempfile, "tempdir", str(kept))  # where the workers' directories go
+            verdict = evaluate_sandboxed(spec, candidate, replace(options, keep_workdir=True), reference)
+        workdir = next(d for d in kept.glob("tik-eval-*") if (d / "candidate.py").exists())
+        return verdict, (workdir / PROGRESS_FILE).read_text().strip(), json.loads((workdir / RESULT_FILE).read_text())
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def wrong_bits(spec, tmp_path_factory):
+    path = tmp_path_factory.mktemp("wrong") / "candidate.py"
+    path.write_text(spec.source.read_text())
+    edit(path, *WRONG_BITS)
+    return path
+
+
+@pytest.fixture(scope="module")
+def wrong_bits_timed(evaluate_kept, wrong_bits, options):
+    return evaluate_kept(wrong_bits, options)
+
+
+@pytest.mark.slow
+def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
+    """Negative control: the worker of a passing candidate goes past the gate."""
+    verdict, phase, result = evaluate_kept(spec.source, options)
+    # The seed against itself: "slower" too when the machine is busy; timed either way.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
+    assert verdict.speedup is not None
+    assert phase == "recheck" and "timing" in result
+
+
+@pytest.mark.slow
+def test_a_candidate_that_fails_parity_is_not_timed(wrong_bits_timed):
+    verdict, phase, result = wrong_bits_timed
+    assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
+    assert phase == "waiting", f"the worker went on to {phase!r}"
+    assert "timing" not in result and result["status"] == "ok"
+    assert verdict.environment == result["environment"] and verdict.speedup is None
+
+
+@pytest.mark.slow
+def test_the_verdict_at_the_gate_is_the_one_judged_after_the_worker(options, reference, evaluate_kept, wrong_bits,
+                                                                      wrong_bits_timed):
+    """Without timing there is no gate: the worker runs to its end and is judged then, as
+    every candidate was before the early stop."""
+    early, _, _ = wrong_bits_timed
+    late, phase, _ = evaluate_kept(wrong_bits, replace(options, timing=False))
+    assert phase == "parity"  # never waited at a gate
+    assert (early.outcome, early.reason, early.first_mismatch) == (late.outcome, late.reason, late.first_mismatch)
+    assert early.reason.startswith(reference.cases[0].id + ": [parity]"), early.reason
+    fixed = len(reference.cases)  # the drawn cases differ from one evaluation to the next
+    assert early.cases[:fixed] == late.cases[:fixed]
+
+
+@pytest.mark.slow
+def test_a_worker_that_claims_the_gate_early_and_ignores_it_still_fails(options, evaluate_kept):
+    """claims_the_gate.py says "waiting" before it has outputs, and is timed anyway with
+    outputs that keep the seed's bits: the judgement at the gate stands."""
+    verdict, phase, result = evaluate_kept(CORPUS / "claims_the_gate.py", options)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
+    assert "[output] the worker saved no outputs" in verdict.reason, verdict.reason
+    assert verdict.speedup is None
+    # It did go on: its worker was timed, and left outputs the final judgement would have passed.
+    assert phase == "recheck" and "timing" in result and result["status"] == "ok"
+
+
+@pytest.mark.parametrize("saved", ["not a tensor file", "no cases", "a case in another form"])
+def test_outputs_unreadable_or_incomplete_at_the_gate_are_a_failure(spec, reference, saved):
+    """What a worker that says it waits may have left instead of its outputs."""
+    import torch
+
+    from tik_agent.judge.evaluate import _parity_at_gate
+    from tik_agent.judge.workerbox import _Sandbox
+    from tik_agent.sandbox.worker import OUTPUTS_FILE
+
+    box = _Sandbox(spec, keep=False)
+    try:
+        path = box.dir / OUTPUTS_FILE
+        if saved == "not a tensor file":
+            path.write_bytes(b"PK\x03\x04 torn")
+        else:
+            first = reference.cases[0].id
+            torch.save({"cases": {} if saved == "no cases" else {first: {"full": reference.outputs[first]}}}, path)
+        verdict = _parity_at_gate(spec, box, box.dir / "candidate.py", [], (reference, {}, {}))
+    finally:
+        box.close()
+    assert verdict is not None and verdict.outcome is Outcome.INTEGRITY_FAILED
+    assert "[output]" in verdict.reason, verdict.reason
+
+
+def test_the_gate_is_not_written_through_a_link_the_candidate_planted(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_text("secret")
+    box = tmp_path / "box"
+    box.mkdir()
+    (box / GATE_FILE).symlink_to(outside)
+    (box / (GATE_FILE + ".tmp")).symlink_to(outside)  # the temporary name an earlier version used
+    Gate(box / GATE_FILE, box / PROGRESS_FILE).open(False, {"small": 3})
+    assert outside.read_text() == "secret"
+    assert not (box / GATE_FILE).is_symlink()
+    assert json.loads((box / GATE_FILE).read_text()) == {"proceed": False, "graph_calls": {"small": 3}}
+    assert os.stat(box / GATE_FILE).st_mode & 0o044 == 0o044  # readable by a worker running as another uid
+
+
+def test_the_gate_waits_for_a_claim_or_the_end_of_the_worker(tmp_path):
+    gate = Gate(tmp_path / GATE_FILE, tmp_path / PROGRESS_FILE)
+    (tmp_path / PROGRESS_FILE).write_text("parity\n")
+    gate.worker_ended.set()
+    assert gate.worker_waits() is False  # a worker that ended in parity: nothing to judge early
+    gate = Gate(tmp_path / GATE_FILE, tmp_path / PROGRESS_FILE)
+    (tmp_path / PROGRESS_FILE).write_text("timing\n")  # a phase past the gate claims it too
+    assert gate.worker_waits() is True
