@@ -67,7 +67,10 @@ def test_every_corpus_file_states_its_expectation():
 def test_the_honest_seed_passes_every_timed_call_check(spec, options, reference):
     """Negative control: the checks below must not reject a kernel that keeps its bits."""
     verdict = evaluate_sandboxed(spec, spec.source, options, reference)
-    assert verdict.passed, verdict.reason
+    # Every timed-call check runs for a "slower" verdict too: on a busy machine the seed against
+    # itself may come out slower (1.40x at 31% noise once, under load); any check's failure is
+    # another outcome.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None and len(verdict.timing) == 2
     assert len(verdict.cases) > len(reference.cases)  # the drawn and literal cases ran too
 

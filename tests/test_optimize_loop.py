@@ -327,7 +327,7 @@ def test_a_kernel_from_the_seed_is_one_measurement_shown_as_one_figure(run, caps
             assert " parent " not in out.split("timing (median ms)")[1]   # no parent column in the table
             assert not re.search(r"x ±\S+ the parent", out)             # nor a figure against it
     assert re.search(r"a0001 \d+\.\d{3}x ±\S+ the seed ", shown["lineage"])
-    assert re.search(r"evaluation: passed, parity \d+/\d+ cases, \d+\.\d{3}x ±\S+ the seed, noise", shown["show a0001"])
+    assert re.search(r"evaluation: passed, parity \d+/\d+ (fixed )?parity cases( \([^)]*\))?, \d+\.\d{3}x ±\S+ the seed, noise", shown["show a0001"])
 
 
 class _FakeSlot:

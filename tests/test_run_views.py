@@ -82,7 +82,7 @@ def _timed_report(parent_ms=None):
 def test_show_gives_one_figure_when_the_parent_is_the_seed(capsys):
     view_commands._print_report(_timed_report(), True, parent_is_seed=True)
     text = capsys.readouterr().out
-    assert "evaluation: passed, parity 1/1 cases, 3.650x ±4% the seed, noise 4.0%" in text
+    assert "evaluation: passed, parity 1/1 fixed parity cases, 3.650x ±4% the seed, noise 4.0%" in text
     assert "parent" not in text   # one measurement: no second figure, no parent column
     # Control: a kernel from another kernel has its own figure against the parent, and its column.
     view_commands._print_report(_timed_report(parent_ms=0.663), True, parent_is_seed=False)
