@@ -157,6 +157,10 @@ def test_lineage_and_show_json(tmp_path, out):
     shown = json.loads(out("show", str(run), "a0002", "--json")[0])
     assert shown["kind"] == "commit" and shown["source"].endswith("# two\n")
     assert shown["trailers"]["Attempt-Id"] == "a0002" and "+# two" in shown["diff"]
+    # Each kernel's spread (None: this run recorded none), and whether its parent is the seed.
+    assert all("noise" in k for k in data["kernels"][1:]) and data["kernels"][1]["noise"] is None
+    assert shown["parent_is_seed"] is False
+    assert json.loads(out("show", str(run), "a0001", "--json")[0])["parent_is_seed"] is True
 
 
 def test_show_source_is_the_files_bytes_and_nothing_else(tmp_path, capsysbinary):
