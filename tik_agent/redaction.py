@@ -4,9 +4,10 @@ Two users.  The agents redact prompts, replies and errors with :func:`redact`.  
 evaluator passes everything that comes back from a sandbox worker (stdout, stderr,
 ``result.json``, strings inside ``outputs.pt``) through :func:`scrub_worker_data`
 before it can reach a verdict, the journal, a prompt or the screen: each string is
-stripped of the parent's secret values, of anything shaped like a key, and capped.
-The worker cannot read those secrets under the OS isolation; this is the second
-line, for a machine (or a bug) where it could.
+stripped of the parent's secret values, of anything shaped like a key, made plain
+(:func:`tik_agent.plaintext.plain`: no control, format or bidi character but newline
+and tab) and capped.  The worker cannot read those secrets under the OS isolation;
+this is the second line, for a machine (or a bug) where it could.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+
+from tik_agent.plaintext import plain
 
 REDACTED = "[REDACTED]"
 WORKER_TEXT_LIMIT = 8000
@@ -72,16 +75,18 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def scrub_text(text: str, secrets: Sequence[str] | None = None, limit: int = WORKER_TEXT_LIMIT) -> str:
-    """Redact, then keep the last ``limit`` characters (redacting first, so a cut
-    never leaves part of a secret behind)."""
-    text = redact(text, secret_values() if secrets is None else secrets)
+    """Redact, make plain, then keep the last ``limit`` characters (redacting first, on the
+    text as the worker wrote it, so that a secret is found whole and a cut never leaves part
+    of one behind)."""
+    text = plain(redact(text, secret_values() if secrets is None else secrets))
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def scrub_worker_data(value, limit: int = WORKER_TEXT_LIMIT):
     """``value`` (worker JSON, or a payload of tensors) with every string scrubbed.
 
-    Dict keys are strings too.  Tensors and numbers pass unchanged.
+    Dict keys and members of sets are strings too.  Tensors, numbers and bytes pass
+    unchanged (bytes print as their repr, which escapes every control byte).
     """
     secrets = secret_values()
 
@@ -94,6 +99,8 @@ def scrub_worker_data(value, limit: int = WORKER_TEXT_LIMIT):
             return [walk(x) for x in v]
         if isinstance(v, tuple):
             return tuple(walk(x) for x in v)
+        if isinstance(v, (set, frozenset)):  # torch.load(weights_only=True) accepts sets
+            return type(v)(walk(x) for x in v)
         return v
 
     return walk(value)

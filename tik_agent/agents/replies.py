@@ -4,7 +4,9 @@ A reply is usable when it carries one complete Python file that parses, has at
 least one ``@triton.jit`` function and defines the entry function at module
 level.  The file may come in a fenced code block (the last usable block wins:
 models tend to show fragments first and the final file last) or be the whole
-reply.  Everything outside the chosen block is the rationale.
+reply.  Everything outside the chosen block is the rationale, made plain text
+(:func:`tik_agent.plaintext.plain`): it reaches the journal, the live view and the
+next prompt, and the model that wrote it is the one the judge does not trust.
 
 Nothing here raises on bad replies: :func:`parse_reply` returns a
 :class:`ParsedReply` whose ``source`` is None and whose ``error`` says why, so
@@ -16,7 +18,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+
 from tik_agent import pyparse
+from tik_agent.plaintext import plain
 
 # An opening fence (``` or ~~~, three or more), an optional info string, the
 # body, and the matching closing fence at the start of a line.  An unterminated
@@ -115,7 +119,7 @@ def _normalise(source: str) -> str:
 
 
 def _clean_rationale(text: str) -> str:
-    text = re.sub(r"\n{3,}", "\n\n", text).strip()
+    text = re.sub(r"\n{3,}", "\n\n", plain(text)).strip()
     if len(text) > MAX_RATIONALE_CHARS:
         text = text[:MAX_RATIONALE_CHARS].rstrip() + " [...]"
     return text

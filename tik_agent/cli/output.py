@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tik_agent.errors import UsageError
+from tik_agent.plaintext import plain
 
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
@@ -64,7 +65,11 @@ def emit(renderable: RenderableType, target: Console | None = None) -> None:
 
 
 def source(text: str, lexer: str = "python", line_numbers: bool = True) -> None:
-    """Source code, never cropped: highlighted and wrapped on a terminal, verbatim in a pipe."""
+    """Source code, never cropped: highlighted and wrapped on a terminal, verbatim in a pipe, but
+    for characters that act on a reader (an agent wrote it: a raw ESC or a bidi override in a
+    string literal), which print as escapes (:func:`tik_agent.plaintext.plain`; ``show --source``
+    gives the file's bytes)."""
+    text = plain(text)
     if console.is_terminal:
         console.print(Syntax(text, lexer, line_numbers=line_numbers, word_wrap=True))
     else:

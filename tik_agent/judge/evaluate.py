@@ -52,7 +52,8 @@ from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import judge_self
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict
-from tik_agent.judge.workerbox import _Sandbox, _sandbox_failure, from_worker  # noqa: F401  (re-exported)
+from tik_agent.judge.workerbox import (_Sandbox, _sandbox_failure, from_worker,  # noqa: F401  (re-exported)
+                                      UnreadableWorkerFile)
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.verdicts import judge_outputs, judge_parity
@@ -207,7 +208,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             verdict = _sandbox_failure(proc, result, watch)
         if verdict is None:
             cases, expected = _expected(reference, extras, extra_outputs)
-            verdict = judge_outputs(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)
+            verdict = _judge_left(spec, options.device, box, box.dir / kernel, cases, expected, result)
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
                 # No timing at all (a worker told to stop, or one that lied) fails here as 0 calls reported.
                 timing = result.get("timing") or {}
@@ -225,6 +226,17 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         gate.worker_ended.set()
         seed_side.join(raise_errors=False)
         box.close()
+
+
+def _judge_left(spec: KernelSpec, device: str, box: _Sandbox, kernel_file: Path, cases: list[Case],
+                expected: dict, result: dict) -> Verdict:
+    """The verdict on what the worker left; an outputs file it tore or forged after the gate is
+    its integrity failure (named in our words: the parser's message quotes the worker's bytes)."""
+    try:
+        outputs = box.outputs()
+    except UnreadableWorkerFile as exc:
+        return Verdict(Outcome.INTEGRITY_FAILED, f"[output] {exc}", environment=result.get("environment", {}))
+    return judge_outputs(spec, device, cases, expected, outputs, result, kernel_file)
 
 
 def _expected(reference: Reference, extras: list[Case], extra_outputs: dict) -> tuple[list[Case], dict]:

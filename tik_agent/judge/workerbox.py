@@ -1,6 +1,11 @@
 """One sandboxed worker run: a temporary directory laid out for the worker, the
 sandboxed process, and the one door through which what it hands back enters the
-trusted side (capped and scrubbed of the parent's secrets)."""
+trusted side (scrubbed of the parent's secrets, made plain text, capped).
+
+A file the worker left that cannot be read is :class:`UnreadableWorkerFile`, whose
+message names the file and the error's type only: a parser's message quotes what
+it could not parse, which is the worker's text, and that has not been through the
+door."""
 
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ from tik_agent.spec.cases import count_text
 from tik_agent.spec.schema import KernelSpec
 
 RESULT_LIMIT_BYTES = 16 * 1024**2
+
+
+class UnreadableWorkerFile(ValueError):
+    """A worker's file that exists but cannot be parsed (torn, forged or nested too deep)."""
 # scrubbed_environment(workdir=...) points TRITON_CACHE_DIR here
 TRITON_CACHE = "triton-cache"
 
@@ -83,17 +92,22 @@ class _Sandbox:
                 return None
             try:
                 return from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 return None
 
     def outputs(self) -> dict:
+        """The worker's outputs file; :class:`UnreadableWorkerFile` when it cannot be loaded."""
         import torch
 
         with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
             if handle is None:
                 return {"cases": {}}
-            # onto the CPU: the parent never needs a CUDA context for a worker's outputs
-            return from_worker(torch.load(handle, weights_only=True, map_location="cpu"))
+            try:
+                # onto the CPU: the parent never needs a CUDA context for a worker's outputs
+                loaded = torch.load(handle, weights_only=True, map_location="cpu")
+            except Exception as exc:  # the worker's to write: whatever it wrote, its failure, in our words
+                raise UnreadableWorkerFile(f"{OUTPUTS_FILE} cannot be read ({type(exc).__name__})") from None
+            return from_worker(loaded)
 
     def close(self) -> None:
         if not self.keep:
@@ -102,7 +116,8 @@ class _Sandbox:
 
 def from_worker(value):
     """The one door for what a worker hands back (its process result, result.json,
-    outputs.pt): every string in it is capped and scrubbed of the parent's secrets."""
+    outputs.pt): every string in it is scrubbed of the parent's secrets, made plain
+    (no control, format or bidi character but newline and tab) and capped."""
     if isinstance(value, SandboxResult):
         return dataclasses.replace(value, stdout=scrub_text(value.stdout), stderr=scrub_text(value.stderr))
     return scrub_worker_data(value)

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tik_agent.plaintext import plain
 from tik_agent.spec.cases import MAX_BATCH, Case, extra_case, largest_batch, make_inputs, unique
 from tik_agent.spec.schema import KernelSpec
 
@@ -93,14 +94,14 @@ def check_reach(kind: str, spec: KernelSpec, path: Path, device: str = "cpu") ->
     try:
         runner = Runner(load_entry(Path(path), spec, f"reach_{kind}"), spec, device)
     except KernelLoadError as exc:
-        return ReachResult(kind, False, len(cases), shapes, f"load: {exc}", time.perf_counter() - start)
+        return ReachResult(kind, False, len(cases), shapes, f"load: {plain(str(exc))}", time.perf_counter() - start)
     for n, case in enumerate(cases, 1):
         log.info("%s: shape check %d/%d (%s), %.0f s", kind, n, len(cases), case.id, time.perf_counter() - start)
         try:
             out = runner.run_case(case)
         except Exception as exc:  # the user's kernel: its crash is this case's failure
             return ReachResult(kind, False, len(cases), shapes, f"{case.id}: the kernel raised "
-                               f"{type(exc).__name__}: {str(exc)[:300]}", time.perf_counter() - start)
+                               f"{type(exc).__name__}: {plain(str(exc))[:300]}", time.perf_counter() - start)
         result = judge_self(spec, case, out, Path(path), digest(make_inputs(spec, case, "cpu")))
         if not result.passed:
             return ReachResult(kind, False, len(cases), shapes, f"{case.id}: [{result.failed.value}] {result.message}",

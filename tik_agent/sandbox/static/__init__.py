@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 
 from tik_agent import pyparse
+from tik_agent.plaintext import plain
 from tik_agent.sandbox.static import rules_api, rules_host, rules_state  # noqa: F401  (they register the rules)
 from tik_agent.sandbox.static.context import build_context
 from tik_agent.sandbox.static.infer import infer
@@ -47,8 +48,14 @@ def check_source(source: str, filename: str = "candidate.py",
     function is treated so, which is stricter.
 
     A file that does not parse yields exactly one violation with rule ``syntax``.
-    Violations are sorted by line, then rule name, without duplicates.
+    Violations are sorted by line, then rule name, without duplicates.  Their messages
+    quote the candidate (a format field, a default, a target) and are made plain
+    (:func:`tik_agent.plaintext.plain`): they reach verdicts, prompts and terminals.
     """
+    return [Violation(v.rule, v.line, plain(v.message)) for v in _violations(source, filename, entry)]
+
+
+def _violations(source: str, filename: str, entry: str | tuple[str, ...] | None) -> list[Violation]:
     try:
         tree = pyparse.parse(source, filename=filename)
     except SyntaxError as err:
