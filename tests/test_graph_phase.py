@@ -82,8 +82,8 @@ def _plan_graph():
 
 def _report(**over):
     got = {"calls": {"small": 2}, "launches": {"small": {str(KERNEL): 12}}, "mismatch": {"small": None},
-           "checked": {"small": {"0": {"out": ["a", "b"], "inputs_changed": None},
-                                 "2": {"out": ["c", "d"], "inputs_changed": None}}}}
+           "checked": {"small": {"0": {"out": ["a", "b"], "inputs_changed": None, "seed_out": ["a", "b"]},
+                                 "2": {"out": ["c", "d"], "inputs_changed": None, "seed_out": ["c", "d"]}}}}
     for key, value in over.items():
         got[key] = {"small": value}
     return got
@@ -98,11 +98,17 @@ SEED_SIDE = {"small": {"calls": 2, "digests": {"0": ["a", "b"], "2": ["c", "d"]}
     ({"launches": {"/elsewhere/seed_kernel.py": 4, str(KERNEL): 4}}, "[launch] the captured calls launched kernels"),
     ({"launches": {}}, "[launch] the captured calls launched no Triton kernel"),
     ({"mismatch": [1, 0]}, "[replay] replay 2, call 1 differs in bits from the seed graph's"),
-    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": None}}}, "kept no digests of replay 3"),
-    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": 1}, "2": {"out": ["c", "d"], "inputs_changed": None}}},
+    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": None, "seed_out": ["a", "b"]}}},
+     "kept no digests of replay 3"),
+    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": 1, "seed_out": ["a", "b"]},
+                  "2": {"out": ["c", "d"], "inputs_changed": None, "seed_out": ["c", "d"]}}},
      "[inputs] replay 1 changed the inputs of call 2"),
-    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": None}, "2": {"out": ["c", "x"], "inputs_changed": None}}},
+    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": None, "seed_out": ["a", "b"]},
+                  "2": {"out": ["c", "x"], "inputs_changed": None, "seed_out": ["c", "d"]}}},
      "[replay] replay 3, call 2 differs from the seed's own worker"),
+    ({"checked": {"0": {"out": ["a", "b"], "inputs_changed": None, "seed_out": ["a", "x"]},
+                  "2": {"out": ["c", "d"], "inputs_changed": None, "seed_out": ["c", "d"]}}},
+     "[seed] the seed graph's replay on the data of round 1, call 2, in the candidate's process differs"),
 ])
 def test_judge_graph_names_each_failure(over, needle):
     failed = judge_graph(_plan_graph(), _report(**over), SEED_SIDE, KERNEL)

@@ -109,20 +109,40 @@ def test_fake_noise_gives_the_true_speedup_within_the_spread():
     assert m.launch_overhead_us["candidate"] == pytest.approx(0.0, abs=0.5)  # kernel-bound: no overhead to see
 
 
-def test_hooks_refill_before_every_replay_and_see_every_round():
+def test_hooks_refill_before_every_replay_and_see_every_replay():
     gpu = FakeGPU({"candidate": 2.0, "seed": 3.0}, launch_us=1.0)
     events = []
     m = measure_cell(gpu, kernels("candidate", "seed"), sets=[None] * 3, set_bytes=1024, l2_bytes=L2, rounds=4,
                      before=lambda name, r: events.append(("fill", name, r)),
-                     after_replay=lambda name, r: events.append(("replayed", name, r)),
-                     after_round=lambda r, outs: events.append(("round", r, sorted(outs), len(outs["seed"]))),
+                     after_replay=lambda name, r, outs: events.append(("replayed", name, r, outs)),
+                     finish=lambda replay: events.append(("finish", replay("seed"))),
                      min_samples=4)
     assert m.calls == 3 and all(len(v) == 4 for v in m.samples_ms.values())  # min_samples lowers the floor
     fills = [e for e in events if e[0] == "fill"]
     assert len(fills) == 8 and [e[2] for e in fills] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert [e for e in events if e[0] == "round"] == [("round", r, ["candidate", "seed"], 3) for r in range(4)]
-    assert events[:5] == [("fill", "candidate", 0), ("replayed", "candidate", 0), ("fill", "seed", 0),
-                          ("replayed", "seed", 0), ("round", 0, ["candidate", "seed"], 3)]
+    assert events[:4] == [("fill", "candidate", 0), ("replayed", "candidate", 0, ["candidate"] * 3),
+                          ("fill", "seed", 0), ("replayed", "seed", 0, ["seed"] * 3)]
+    assert events[-1] == ("finish", ["seed"] * 3)                # one more replay, after everything timed
+    assert gpu.replayed[-1] == "seed" and len(gpu.replayed) == 9
+    assert all(len(v) == 4 for v in m.samples_ms.values())      # and not among the samples
+
+
+def test_each_kernel_may_have_sets_of_its_own():
+    seen = {}
+
+    class Sets(FakeGPU):
+        def capture(self, fn, sets, calls):
+            seen[fn(None)] = sets
+            return super().capture(fn, sets, calls)
+
+        def eager_ms(self, fn, sets, calls):
+            assert sets is seen[fn(None)]                         # eager calls on the kernel's own sets too
+            return super().eager_ms(fn, sets, calls)
+
+    gpu = Sets({"candidate": 2.0, "seed": 3.0}, launch_us=1.0)
+    own = {"candidate": ["c"] * 4, "seed": ["s"] * 4}
+    m = measure_cell(gpu, kernels("candidate", "seed"), sets=own, set_bytes=1024, l2_bytes=L2, rounds=2)
+    assert seen == own and m.calls == m.input_sets == 4
 
 
 def test_a_small_rotation_is_not_called_cold():

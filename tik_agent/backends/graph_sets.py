@@ -10,7 +10,9 @@ remembered the last replay's answer then returns a wrong one.
 
 The same seed gives the same sets in any process, so the reference worker
 rebuilds exactly what a candidate's replay saw and computes the seed's answer
-on it.  Works on any device; the CPU interpreter's rehearsal uses it too.
+on it.  In the graph phase every kernel has slots of its own
+(:mod:`tik_agent.sandbox.graph_rounds` says which data each is filled with).
+Works on any device; the CPU interpreter's rehearsal uses it too.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class InputSlots:
             else:
                 for dst, src in zip(targets, sources):
                     dst.copy_(src)
+
+    def reset(self) -> None:
+        """Every slot's float inputs back to the base case's (what the slots were made with)."""
+        for i in self.floats:
+            for s in self.sets:
+                s[i].copy_(self.base[i])
 
     def changed(self, seed: int) -> int | None:
         """The first slot whose inputs differ (in bits) from what ``fill(seed)`` wrote, or None."""

@@ -3,11 +3,13 @@
 For each workload cell, every kernel (candidate, seed, parent) is captured once
 in a CUDA graph of ``calls`` calls, each call on its own input set (no call of a
 replay sees inputs another call of it saw, so a kernel cannot skip work it
-already did), the sets together larger than the L2 cache.  The graphs are
+already did), the sets together larger than the L2 cache; given one list of
+sets per kernel, no kernel's graph reads another's inputs.  The graphs are
 replayed in rounds whose order alternates (rotated, then reversed), at least
 :data:`MIN_SAMPLES` replays per kernel and cell; before every replay the
-caller's ``before`` hook may rewrite the inputs (outside the timed region), and
-after every round its ``after_round`` hook sees each kernel's outputs.  A
+caller's ``before`` hook may rewrite the inputs (outside the timed region),
+after every replay its ``after_replay`` hook sees that kernel's outputs, and
+after the last round its ``finish`` hook may replay any kernel again, untimed.  A
 sample is one replay's device time divided by ``calls``, so the host's launch
 cost (the Python wrapper, ``torch.empty``, Triton's launcher) is not in it.
 That cost is measured apart, as the per-call time of the same calls launched
@@ -108,17 +110,20 @@ class CellMeasurement:
                 "clocks_before": self.clocks_before, "clocks_after": self.clocks_after}
 
 
-def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequence[Any], set_bytes: int,
-                 l2_bytes: int, rounds: int, *, before: Callable[[str, int], None] | None = None,
-                 after_replay: Callable[[str, int], None] | None = None,
-                 after_round: Callable[[int, dict[str, list]], None] | None = None,
+def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequence[Any] | dict[str, Sequence[Any]],
+                 set_bytes: int, l2_bytes: int, rounds: int, *, before: Callable[[str, int], None] | None = None,
+                 after_replay: Callable[[str, int, list], None] | None = None,
+                 finish: Callable[[Callable[[str], list]], None] | None = None,
                  min_samples: int = MIN_SAMPLES) -> CellMeasurement:
     """Capture each kernel (one call per set), replay in alternating rounds, measure the launch
-    overhead apart.  ``before(kernel, round)`` runs before each replay and ``after_replay(kernel,
-    round)`` after it, ``after_round(round, outputs)`` after each round with every kernel's
-    captured outputs; none of them is timed."""
-    calls = len(sets)
-    captured = {name: backend.capture(fn, sets, calls) for name, fn in kernels.items()}
+    overhead apart.  ``sets`` is one list for every kernel or one per kernel (of equal lengths).
+    ``before(kernel, round)`` runs before each replay and ``after_replay(kernel, round, outputs)``
+    after it, with that kernel's captured outputs (which every replay rewrites); after the launch
+    overhead is measured, ``finish(replay)`` may call ``replay(kernel)`` for one more replay and
+    its outputs.  None of them is timed."""
+    own = sets if isinstance(sets, dict) else {name: sets for name in kernels}
+    calls = len(own[next(iter(kernels))])
+    captured = {name: backend.capture(fn, own[name], calls) for name, fn in kernels.items()}
     graphs = {name: c[0] for name, c in captured.items()}
     outputs = {name: c[1] for name, c in captured.items()}
     clocks_before = backend.clocks()
@@ -131,15 +136,20 @@ def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequ
             samples[name].append(backend.replay_ms(graphs[name]) / calls)
             order_log.append(name)
             if after_replay is not None:
-                after_replay(name, r)
-        if after_round is not None:
-            after_round(r, outputs)
+                after_replay(name, r, outputs[name])
     overhead = {}
     for name, fn in kernels.items():
-        eager = statistics.median(backend.eager_ms(fn, sets, calls) / calls for _ in range(EAGER_REPEATS))
+        eager = statistics.median(backend.eager_ms(fn, own[name], calls) / calls for _ in range(EAGER_REPEATS))
         overhead[name] = (eager - statistics.median(samples[name])) * 1e3
-    return CellMeasurement(calls, len(sets), set_bytes, len(sets) * set_bytes > L2_FACTOR * l2_bytes, samples,
-                           overhead, clocks_before, backend.clocks(), order_log)
+    clocks_after = backend.clocks()
+    if finish is not None:
+        def replay(name: str) -> list:
+            backend.replay_ms(graphs[name])
+            return outputs[name]
+
+        finish(replay)
+    return CellMeasurement(calls, calls, set_bytes, calls * set_bytes > L2_FACTOR * l2_bytes, samples,
+                           overhead, clocks_before, clocks_after, order_log)
 
 
 def tensor_bytes(values: Any) -> int:

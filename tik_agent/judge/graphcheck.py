@@ -3,8 +3,10 @@
 The candidate's worker reports, per workload cell, the number of calls it
 captured, the Triton launches its capture made, the first (round, call) where
 its replay differed in bits from the seed graph's replay on the same inputs,
-and, for the rounds the plan chose to digest, the digest of every call's output
-and the first slot whose inputs the replay changed.  The seed's own worker
+and, for the rounds the plan chose to digest, the digest of every call's output,
+the first slot whose inputs the replay changed, and the digests of the seed
+graph's outputs on the same data (the seed is timed in the candidate's process:
+in those rounds what it computed there is checked too).  The seed's own worker
 computed the seed's digests on the same rounds (it never ran the candidate).
 
 Every difference is an integrity failure: the same candidate already matched
@@ -63,4 +65,19 @@ def judge_graph(plan_graph: dict, got: dict, seed: dict, kernel_file: Path) -> T
             if bad is not None:
                 return _fail(cell, f"[replay] replay {r + 1}, call {bad + 1} differs from the seed's own worker on "
                                    "the same inputs", bad + 1)
+            failed = _seed_differs(cell, r, list(entry.get("seed_out") or []), want)
+            if failed is not None:
+                return failed
+    return None
+
+
+def _seed_differs(cell: str, r: int, have: list, want: list) -> TimedFailure | None:
+    """The seed's graph, timed in the candidate's process, against the seed's own worker."""
+    bad = next((j for j, (a, b) in enumerate(zip(have, want)) if a != b), None)
+    if bad is not None:
+        return _fail(cell, f"[seed] the seed graph's replay on the data of round {r + 1}, call {bad + 1}, in the "
+                           "candidate's process differs from the seed's own worker", bad + 1)
+    if len(have) != len(want):
+        return _fail(cell, f"[seed] the worker reported {len(have)} digests of the seed graph's replay on the data "
+                           f"of round {r + 1}, {len(want)} were captured")
     return None

@@ -4,13 +4,16 @@ Runs inside a sandbox worker after the per-call phase (:mod:`tik_agent.sandbox.t
 For each workload cell the trusted plan gives a base seed (the cell's non-float
 inputs), one fill seed per round and the rounds whose outputs are digested; the
 seed's own worker has chosen the number of calls per graph (:func:`reference`).
-Every kernel is captured with one call per input slot, through the host-ops mode
-with its launches recorded.  Before every replay the slots are refilled from the
-round's seed (the same for every kernel of a round, so each replay starts from
-the same state); after every round each of the candidate's outputs is compared in
-bits with the seed graph's on the same inputs, and in the digested rounds its
-outputs and its inputs are kept for the parent, who compares them with what the
-seed's own worker computed (:mod:`tik_agent.judge.graphcheck`).
+Every kernel has input slots of its own and is captured with one call per slot,
+through the host-ops mode with its launches recorded.  Before every replay a
+kernel's slots are refilled: the candidate's from the round's seed, the others'
+only with data the candidate has already replayed on
+(:mod:`tik_agent.sandbox.graph_rounds`), so that no buffer of this process holds
+the answer the candidate is computing.  Each of the candidate's outputs is
+compared in bits with the seed graph's on the same data, and in the digested
+rounds its outputs, its inputs and the seed's outputs are kept for the parent,
+who compares them with what the seed's own worker computed
+(:mod:`tik_agent.judge.graphcheck`).
 
 The stand-in backend (:class:`~tik_agent.backends.graph_timer.EagerReplayBackend`)
 runs the same phase on the CPU interpreter: the GPU check's rehearsal and tests.
@@ -22,11 +25,12 @@ import statistics
 from collections import Counter
 from typing import Callable
 
-from tik_agent.backends.graph_sets import InputSlots, same_bits
+from tik_agent.backends.graph_sets import InputSlots
 from tik_agent.backends.graph_timer import (DEFAULT_L2_BYTES, EagerReplayBackend, NAME, graph_calls,
                                             measure_cell, tensor_bytes)
 from tik_agent.bits import output_digest
 from tik_agent.sandbox import hostops, launches
+from tik_agent.sandbox.graph_rounds import CellRounds
 from tik_agent.sandbox.harness import poisoned_allocations
 from tik_agent.sandbox.timed import cell_entry
 from tik_agent.spec.cases import make_inputs, workload_case
@@ -101,8 +105,8 @@ def _watched(fn: Callable, kwargs: dict, seen: Counter, poison: bool) -> Callabl
     """A kernel as the graph calls it: in the host-ops mode, its launches counted.
 
     The stand-in re-runs calls eagerly, so what an output it never writes holds is
-    whatever the allocator hands back (the seed's answer, freed a moment before):
-    there it is poisoned, as in parity.  A real graph's outputs live in its own
+    whatever the allocator hands back (another kernel's output, freed a moment
+    before): there it is poisoned, as in parity.  A real graph's outputs live in its own
     pool, where an unwritten element keeps the last replay's value on other inputs."""
 
     def call(inputs):
@@ -130,46 +134,24 @@ def graph_phase(spec, device: str, kernels: dict[str, Callable], graph: dict, ca
         g = graph[cell.name]
         n = int(calls[cell.name])
         called = {k: cell_entry(spec, cell, fn) for k, fn in kernels.items()}
-        slots = _slots(spec, cell, device, g["base"], n, called["seed"][1])
+        slots = {k: _slots(spec, cell, device, g["base"], n, called["seed"][1]) for k in kernels}
         seen = {k: Counter() for k in kernels}
         fns = {k: _watched(fn, kwargs, seen[k], poison=device != "cuda") for k, (fn, _) in called.items()}
-        checked: dict[str, dict] = {}
-        mismatch: list = []
-
-        def before(_kernel: str, r: int, g=g, slots=slots) -> None:
-            slots.fill(g["fill"][r])
-
-        def after_replay(kernel: str, r: int, g=g, slots=slots, checked=checked) -> None:
-            if kernel == "candidate" and r in g["checked"]:  # before the next refill can hide a write
-                checked[str(r)] = {"inputs_changed": slots.changed(g["fill"][r])}
-
-        out_bytes: list[int] = []
-
-        def after_round(r: int, outputs: dict, g=g, slots=slots, checked=checked, mismatch=mismatch,
-                        out_bytes=out_bytes) -> None:
-            cand, ref = outputs["candidate"], outputs["seed"]
-            if not out_bytes:
-                out_bytes.append(tensor_bytes(ref[0]) if ref else 0)
-            if not mismatch:
-                bad = next((j for j, (a, b) in enumerate(zip(cand, ref)) if not same_bits(a, b)), None)
-                if bad is not None:
-                    mismatch.extend([r, bad])
-            if r in g["checked"]:
-                checked[str(r)]["out"] = [output_digest(o) for o in cand]
-
-        m = measure_cell(backend, fns, slots.sets, slots.set_bytes, l2, len(g["fill"]), before=before,
-                         after_replay=after_replay, after_round=after_round, min_samples=len(g["fill"]))
+        rounds = CellRounds(slots, g["fill"], g["checked"])
+        m = measure_cell(backend, fns, {k: s.sets for k, s in slots.items()}, slots["seed"].set_bytes, l2,
+                         len(g["fill"]), before=rounds.before, after_replay=rounds.after_replay,
+                         finish=rounds.finish, min_samples=len(g["fill"]))
         result["samples"][cell.name] = m.samples_ms
         detail = m.detail()
-        detail["bytes"] = slots.set_bytes + (out_bytes[0] if out_bytes else 0)  # read and written per call
+        detail["bytes"] = slots["seed"].set_bytes + rounds.out_bytes  # read and written per call
         detail["flops"] = cell.flops
         detail["median_us"] = {k: statistics.median(v) * 1e3 for k, v in m.samples_ms.items()}
         result["cells"][cell.name] = detail
-        result["checked"][cell.name] = checked
-        result["mismatch"][cell.name] = mismatch or None
+        result["checked"][cell.name] = rounds.digests
+        result["mismatch"][cell.name] = rounds.mismatch
         result["launches"][cell.name] = dict(seen["candidate"])
         result["calls"][cell.name] = n
-        del slots, fns
+        del slots, fns, rounds
         if device == "cuda":
             import torch
 
