@@ -82,12 +82,18 @@ def train(model, prompts: Prompts, sequences, real):
     return logprobs.detach(), grad_norm
 
 
-def compare(model, prompts: Prompts, kernels, name: str, dtype: str, new_tokens: int = 5, seed: int = 0) -> SideBySide:
-    """Sampler against trainer on every real generated token, with ``kernels`` enabled (None: stock)."""
+def compare(model, prompts: Prompts, kernels, name: str, dtype: str, new_tokens: int = 4, seed: int = 0,
+            census=None) -> SideBySide:
+    """Sampler against trainer on every real generated token, with ``kernels`` enabled (None: stock).
+    ``census``: a :func:`tik_agent.onpolicy.census.counting` mode to run the step under."""
     import torch
 
     start = time.perf_counter()
-    with kernels.enabled() if kernels is not None else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if kernels is not None:
+            stack.enter_context(kernels.enabled())
+        if census is not None:
+            stack.enter_context(census)
         sequences, sampled, real = sample(model, prompts, new_tokens, seed)
         trained, grad_norm = train(model, prompts, sequences, real)
     s, t = sampled[real], trained[real]
