@@ -8,13 +8,10 @@ transformers is the optional extra ``tik-agent[hf]``; it is imported here only.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from tik_agent.errors import UsageError
-
-log = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "hf_configs"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -36,14 +33,15 @@ class ModelSource:
 
 
 def bundled_configs() -> list[str]:
-    return sorted(p.name for p in CONFIG_DIR.iterdir() if (p / "config.json").is_file())
+    """The names of the configs shipped with tik-agent (``hf_configs/<name>.json``)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
 
 def find(given: str) -> ModelSource:
     """``--hf``'s argument: a config.json, a directory holding one, or a bundled config's name."""
     path = Path(given)
     if not path.exists() and given in bundled_configs():
-        path = CONFIG_DIR / given
+        path = CONFIG_DIR / f"{given}.json"
     if path.is_dir():
         directory, config = path, path / "config.json"
         if not config.is_file():
