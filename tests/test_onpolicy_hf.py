@@ -42,6 +42,17 @@ def test_bad_input_is_one_line_naming_the_file_and_exit_2(tmp_path, capsys, cont
     assert expected in err and len(err.splitlines()) == 1, err
 
 
+def test_a_model_outside_the_kernels_contract_is_one_line_naming_the_reason(tmp_path, capsys):
+    """hidden 64 over 2 heads is a head dim of 32; the attention kernel is certified for 64 and 128."""
+    config = json.loads(hf.find("tiny-llama").config.read_text())
+    del config["head_dim"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cli.run(["onpolicy", "--hf", str(tmp_path), "--sequences", "1", "--new-tokens", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "llama in float32 calls a kernel outside its certified contract" in err, err
+    assert "head dim 32 is not certified (certified: [64, 128])" in err and len(err.splitlines()) == 1, err
+
+
 def test_prompts_are_left_padded_ordinary_tokens_of_different_lengths():
     config = tiny_config("llama")
     prompts = hf.make_prompts(config, 4, seed=3)

@@ -112,6 +112,10 @@ def test_other_masks_are_refused_with_their_reason(attention):
     assert "both is_causal=True and an attn_mask" in _refusal(attention, causal, is_causal=True)
     # Every refusal names the contract, so a user knows what the kernel accepts.
     assert "causal attention aligned at the end, within each row's real tokens" in _refusal(attention, window)
+    # A head dim the certificate does not hold (tiny configs' default hidden / heads) is refused by name.
+    small = torch.randn(1, 2, 4, 32)
+    with attention.enabled(), pytest.raises(attention.NotCertifiedError, match=r"head dim 32 is not certified"):
+        F.scaled_dot_product_attention(small, small, small, is_causal=True)
 
 
 def test_stock_sdpa_is_not_what_the_kernel_computes_at_padded_queries(attention):

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from tik_agent.cli.output import EXIT_REJECTED, emit, say
+from tik_agent.errors import UsageError
 from tik_agent.onpolicy.kernels import KINDS
 from tik_agent.onpolicy.report import DTYPES
 
@@ -105,20 +106,25 @@ def _decoder_sides(chosen: dict, label: str, sequences: int, seed: int) -> list:
     return sides
 
 
-def _hf_sides(model: tuple, chosen: dict, label: str, prompts: int, new_tokens: int, seed: int, tmp: Path):
-    """A transformers model ((its source, its config)): generate() against a padded training step,
+def _hf_sides(target: tuple, chosen: dict, label: str, prompts: int, new_tokens: int, seed: int, tmp: Path):
+    """A transformers model (``target``: its source, its config): generate() against a padded training step,
     through the drop-ins.  Returns the sides and (what the model is, the certified float32 step's op census)."""
     from tik_agent.onpolicy import census as censuses
     from tik_agent.onpolicy import dropins, hf, hf_check
 
-    model_source, config = model
+    model_source, config = target
     routes = dropins.load({k: s.path for k, s in chosen.items()}, tmp / "dropins")
     batch = hf.make_prompts(config, prompts, seed)
     sides, counted = [], None
+    refused = tuple(p.NotCertifiedError for p in routes.packages.values())
     for dtype in DTYPES:
         model = hf.build_model(model_source, config, dtype, seed)
         mode = censuses.counting(routes.namespaces) if counted is None else None
-        sides.append(hf_check.compare(model, batch, routes, label, dtype, new_tokens, seed, census=mode))
+        try:
+            sides.append(hf_check.compare(model, batch, routes, label, dtype, new_tokens, seed, census=mode))
+        except refused as exc:  # the model calls a routed op outside the contract: say which, and why
+            raise UsageError(f"--hf {model_source.given}: {config.model_type} in {dtype} calls a kernel outside "
+                             f"its certified contract: {exc}") from None
         counted = counted or mode.census
         sides.append(hf_check.compare(model, batch, None, "stock", dtype, new_tokens, seed))
     what = f"{config.model_type} from {model_source.text}"
