@@ -44,6 +44,7 @@ def test_bad_input_is_one_line_naming_the_file_and_exit_2(tmp_path, capsys, cont
 
 def test_a_model_outside_the_kernels_contract_is_one_line_naming_the_reason(tmp_path, capsys):
     """hidden 64 over 2 heads is a head dim of 32; the attention kernel is certified for 64 and 128."""
+    transformers()
     config = json.loads(hf.find("tiny-llama").config.read_text())
     del config["head_dim"]
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -97,6 +98,7 @@ def test_without_transformers_the_option_says_how_to_install_it(monkeypatch):
 def test_the_check_on_the_bundled_tiny_llama(capsys):
     """The whole command as make demo runs it, smaller: certified ratios exactly 1.0 in float32
     and bfloat16, stock figures beside them, and which ops reached a kernel."""
+    transformers()
     assert cli.run(["onpolicy", "--hf", "tiny-llama", "--json", "--sequences", "2", "--new-tokens", "2"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["on_policy"] is True and data["ratios_exactly_one"] is True and data["label"] == "certified"
