@@ -76,7 +76,8 @@ def test_a_token_has_its_bits_alone_and_in_batches_padded_on_the_right_or_both_s
             logits = model(input_ids=ids, attention_mask=new_mask, position_ids=positions).logits
             for row, (start, n) in enumerate(zip(starts, lengths)):
                 cols = slice(start + n - NEW_TOKENS - 1, start + n - 1)
-                got = torch.log_softmax(logits[row, cols].float(), -1).gather(-1, ids[row, cols.start + 1:cols.stop + 1, None])
+                targets = ids[row, cols.start + 1:cols.stop + 1, None]
+                got = torch.log_softmax(logits[row, cols].float(), -1).gather(-1, targets)
                 assert_same_bits(sampled[row], got[:, 0], f"{name}-padded batch, row {row}")
         for row, n in enumerate(lengths):
             alone = sequences[row][mask[row].bool()][None]

@@ -14,7 +14,8 @@ from pathlib import Path
 from tik_agent.errors import UsageError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "hf_configs"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
 @dataclass(frozen=True)
