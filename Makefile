@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 		$(BIN)/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -c constraints/cpu.txt -e '.[test,llm,ray]'
+	$(BIN)/pip install -q -c constraints/cpu.txt -e '.[test,llm,ray,hf]'
 	@$(BIN)/pip install -q -c constraints/cpu.txt -e '.[sandbox]' || \
 		echo "notice: pyseccomp did not install; the evaluation sandbox runs without its seccomp layer"
 	@sh scripts/install-sandbox-tools.sh
@@ -28,7 +28,10 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 # A short offline optimisation of rmsnorm (forward and backward judged): no API
 # key, no GPU; two attempts, ending with at least one faster kernel in the
 # lineage, exported as a wheel into dist/, then the on-policy check with that
-# wheel's kernel (sampler and trainer log-probs agree bit for bit: ratio 1.0).
+# wheel's kernel (sampler and trainer log-probs agree bit for bit: ratio 1.0),
+# and last the same check on a transformers Llama built from the bundled tiny
+# config (generate() on left-padded prompts against a padded training step,
+# through the drop-ins of the bundled seeds' kernels).
 # Every demo gets a run directory of its own: an earlier demo's run is kept.
 DEMO_RUN = runs/demo-rmsnorm-$(shell date +%Y%m%d-%H%M%S)
 
@@ -37,7 +40,8 @@ demo: $(STAMP)
 	$(BIN)/tik-agent optimize rmsnorm --agent offline --iterations 2 --run-dir "$$run"; \
 	$(BIN)/tik-agent lineage "$$run"; \
 	$(BIN)/tik-agent export "$$run" --out dist/; \
-	$(BIN)/tik-agent onpolicy --sequences 2 --wheel "$$(ls -t dist/tik_kernel_rmsnorm-*.whl | head -1)"
+	$(BIN)/tik-agent onpolicy --sequences 2 --wheel "$$(ls -t dist/tik_kernel_rmsnorm-*.whl | head -1)"; \
+	$(BIN)/tik-agent onpolicy --hf tiny-llama --sequences 3 --new-tokens 4
 
 # Both cores: pytest-xdist with two workers, each test file kept on one worker so that its
 # module fixtures hold (what several files need is built once per session: tests/shared.py).

@@ -9,4 +9,11 @@ prefill, sequences joining and leaving the batch) and as a trainer does
 :mod:`.sources` says what certifies each kernel file, and :mod:`.reach` runs
 the files at the hidden sizes a real model has, which the small decoder
 never reaches.
+
+With ``--hf`` the model is a transformers causal LM instead (:mod:`.hf`:
+from a config or a checkpoint, with left-padded prompts), sampled with
+``generate()`` and trained with one padded step (:mod:`.hf_check`); the
+kernels reach it through the wheels' own drop-ins, rendered for the chosen
+kernel files (:mod:`.dropins`), and :mod:`.census` counts which of its ops
+reached a kernel and which ran on torch.
 """
