@@ -6,6 +6,8 @@ trainer log-probs (its fused chunked LM head) under the kernels."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from hfutil import bundled_dropins, tiny_model, transformers
@@ -38,6 +40,7 @@ def test_grpo_step_with_the_kernels_is_on_policy_bit_for_bit(routes, tokenizer, 
     assert result.max_abs_ratio_minus_1 == 0.0
     assert result.params_changed  # the optimizer step ran
     calls = counting.census.kernels
+    logging.getLogger(__name__).info("kernel calls of the GRPO step: %s", dict(calls))
     # generate(): prefill + 2 decode steps per layer; the loss's forward and backward per layer.
     assert calls["attention"] >= 2 * (3 + 2), dict(calls)
     assert calls["matmul"] > 0 and calls["logprobs"] >= 2, dict(calls)
@@ -50,4 +53,5 @@ def test_controls_stock_torch_and_trls_own_logprobs(routes, tokenizer, tmp_path)
     assert stock.params_changed and fused.params_changed
     # TRL's own trainer log-probs (online log-sum-exp in torch, other positions) are not generate()'s bits.
     assert fused.identical < fused.tokens, fused
-    assert stock.identical < stock.tokens or stock.max_abs_ratio_minus_1 > 0, stock
+    # Measured on the 2-core CPU machine: 11/12 with stock torch (an observation, not a certificate).
+    assert stock.identical < stock.tokens, stock

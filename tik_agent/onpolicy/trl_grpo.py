@@ -23,6 +23,7 @@ transformers, trl, datasets and tokenizers are imported here only.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from dataclasses import dataclass, field
@@ -84,8 +85,10 @@ def trainer_class():
             original = model.generate
             scored = {}
 
-            def generate(*args, **kwargs):
-                out = original(*args, output_logits=True, return_dict_in_generate=True, **kwargs)
+            def generate(*args, generation_config=None, **kwargs):
+                config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+                config.output_logits, config.return_dict_in_generate = True, True
+                out = original(*args, generation_config=config, **kwargs)
                 width = kwargs["input_ids"].shape[1]
                 scored["logps"] = token_logprobs(torch.stack(out.logits, dim=1), out.sequences[:, width:])
                 return out.sequences
