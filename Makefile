@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 		$(BIN)/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -c constraints/cpu.txt -e '.[test,llm,ray,hf]'
+	$(BIN)/pip install -q -c constraints/cpu.txt -e '.[test,llm,ray,hf,trl]'
 	@$(BIN)/pip install -q -c constraints/cpu.txt -e '.[sandbox]' || \
 		echo "notice: pyseccomp did not install; the evaluation sandbox runs without its seccomp layer"
 	@sh scripts/install-sandbox-tools.sh
