@@ -8,10 +8,12 @@ uses it only on a terminal; elsewhere the loop's log lines are the view.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.logging import RichHandler
 from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -181,15 +183,33 @@ def _attempts_lines(records) -> Group:
 
 
 class LiveView:
-    """``with LiveView(console, optimizer): optimizer.run()`` redraws a few times a second."""
+    """``with LiveView(console, optimizer): optimizer.run()`` redraws a few times a second.
 
-    def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0):
+    While it is up, the log lines of ``logger`` that go to a terminal are printed through the
+    view's console, above the view.  rich hands another console the real stream behind the
+    view's stderr redirection, so a line from the stderr console would be written under the
+    view and drawn over at the next refresh: the line lost, a stale piece of the view left on
+    the screen.  A log that goes to a file is left alone.
+    """
+
+    def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0,
+                 logger: str = "tik_agent"):
         self._live = Live(console=console, refresh_per_second=refresh_per_second,
                           get_renderable=lambda: render(optimizer.snapshot(), console))
+        self._logger = logging.getLogger(logger)
+        self._rerouted: list[tuple[RichHandler, Console]] = []
 
     def __enter__(self) -> "LiveView":
         self._live.__enter__()
+        for handler in self._logger.handlers:
+            if isinstance(handler, RichHandler) and handler.console is not self._live.console \
+                    and handler.console.is_terminal:
+                self._rerouted.append((handler, handler.console))
+                handler.console = self._live.console
         return self
 
     def __exit__(self, *exc) -> None:
+        for handler, own in self._rerouted:
+            handler.console = own
+        self._rerouted.clear()
         self._live.__exit__(*exc)
