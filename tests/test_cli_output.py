@@ -264,10 +264,12 @@ def test_a_missing_directory_is_worded_the_same_by_every_view(tmp_path, out):
     missing = tmp_path / "nonexistent"
     errors = {out(command, str(missing), code=2)[1].strip() for command in ("runs", "lineage", "report")}
     errors.add(out("show", str(missing), "seed", code=2)[1].strip())
+    # The newcomer's trial: --resume said "not a tik-agent run (no run.json)" of a missing directory.
+    errors.add(out("optimize", "--resume", str(missing), code=2)[1].strip())
     assert errors == {f"error: {missing}: no such directory"}
     (tmp_path / "file").write_text("")
-    assert {out(c, str(tmp_path / "file"), code=2)[1].strip() for c in ("runs", "lineage")} == {
-        f"error: {tmp_path / 'file'}: not a directory"}
+    assert {out(*c, str(tmp_path / "file"), code=2)[1].strip() for c in (("runs",), ("lineage",), ("optimize", "--resume"))} \
+        == {f"error: {tmp_path / 'file'}: not a directory"}
 
 
 # ----------------------------------------------------------------- what a count of cases counts
