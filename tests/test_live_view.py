@@ -171,3 +171,35 @@ def test_a_log_line_during_the_view_prints_above_it_not_under_it(err_is_terminal
         assert "after the view" in in_err
     else:
         assert "re-timing with 10 rounds" in in_err and "re-timing" not in on_screen
+
+
+def test_in_a_pipe_the_heartbeat_logs_each_attempt_in_flight_in_the_views_words(caplog):
+    """The newcomer's trial: `make demo | tee` showed nothing for 4.5 minutes while an attempt was
+    evaluated (no live view in a pipe, one line per finished attempt)."""
+    import logging
+
+    from tik_agent.view.heartbeat import Heartbeat
+
+    caplog.set_level(logging.INFO, logger="tik_agent.view.heartbeat")
+    with Heartbeat(_Still(), every=0.02):
+        time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tik_agent.view.heartbeat"]
+    assert lines and all(ln.startswith("a0099 from a0007 2.50x ±6%: evaluating 20 s (attempt 300 s)") for ln in lines)
+    count = len(lines)
+    time.sleep(0.1)
+    assert len([r for r in caplog.records if r.name == "tik_agent.view.heartbeat"]) == count   # stopped on exit
+
+
+def test_the_heartbeat_is_quiet_once_the_run_is_stopping(caplog):
+    import dataclasses
+    import logging
+
+    from tik_agent.view.heartbeat import Heartbeat
+
+    class Stopping:
+        def snapshot(self):
+            return dataclasses.replace(snapshot(3), stop_reason="interrupted")
+
+    caplog.set_level(logging.INFO, logger="tik_agent.view.heartbeat")
+    Heartbeat(Stopping()).beat()
+    assert not caplog.records

@@ -149,7 +149,10 @@ def optimize(
                 with _quiet("tik_agent.search.optimize"), LiveView(console, optimizer):  # the live table says it
                     summary = optimizer.run()
             else:
-                summary = optimizer.run()
+                from tik_agent.view.heartbeat import Heartbeat
+
+                with Heartbeat(optimizer):  # no live view: say every minute what is in flight
+                    summary = optimizer.run()
     except KeyboardInterrupt:  # a second Ctrl-C: no summary was written by this session's end
         say(f"interrupted; continue the run with: {resume_command(path)}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
