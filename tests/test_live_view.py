@@ -203,3 +203,12 @@ def test_the_heartbeat_is_quiet_once_the_run_is_stopping(caplog):
     caplog.set_level(logging.INFO, logger="tik_agent.view.heartbeat")
     Heartbeat(Stopping()).beat()
     assert not caplog.records
+
+
+def test_an_empty_frontier_says_so():
+    """The trial's exhausted run ended its view with a bare "frontier:"."""
+    import dataclasses
+
+    console = Console(record=True, width=80, height=30, file=open("/dev/null", "w"))
+    console.print(render(dataclasses.replace(snapshot(3), frontier=[], stop_reason="exhausted"), console))
+    assert "frontier: none left (each kernel set aside)" in " ".join(console.export_text().split())

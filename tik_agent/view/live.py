@@ -67,7 +67,8 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     else:
         best = Text.assemble(("best ", "bold"), (figures.speedup(snap.best.speedup, snap.best.noise), "bold green"),
                              f" the seed ({snap.best.name}, {snap.best.commit[:10]})")
-    best.append(f"   accepted {snap.accepted}   frontier: " + ", ".join(_member(m) for m in snap.frontier))
+    frontier = ", ".join(_member(m) for m in snap.frontier) or "none left (each kernel set aside)"
+    best.append(f"   accepted {snap.accepted}   frontier: {frontier}")
     lines: list[RenderableType] = [head, budgets, best, *_node_lines(snap), *_noise_lines(snap)]
     now = time.time()
     lines.extend(Text(f"  {ticket_line(t, now)}", style="cyan") for t in snap.in_flight)
