@@ -27,7 +27,17 @@ def test_a_syntax_error_names_its_line(tmp_path):
 
 def test_onpolicy_names_the_file_of_a_kernel_with_a_nul_byte(tmp_path, capsys):
     path = tmp_path / "bin.py"
-    path.write_bytes(b"\x00\xff\xfe binary")
+    path.write_bytes(b"import torch\n\x00\n")
     assert cli(["onpolicy", "--kernel", f"rmsnorm={path}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}: syntax error" in err and "None" not in err
+
+
+def test_onpolicy_names_a_kernel_file_that_is_not_utf8(tmp_path, capsys):
+    """Since the shape check reads the file before the kernel is loaded (the --hf merge), a 0xff
+    byte was a UnicodeDecodeError traceback."""
+    path = tmp_path / "bin.py"
+    path.write_bytes(b"\x00\xff\xfe binary")
+    assert cli(["onpolicy", "--kernel", f"rmsnorm={path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {path}: not UTF-8 text (byte 0xff at offset 1)"
