@@ -12,7 +12,23 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 PYVER=${PYVER:-3.12}
 mkdir -p "$DIR"
-rm -f "$DIR"/*.whl
+# Never remove a wheel this script did not put in DIR (an exported kernel, another project's):
+# it lists what it made in DIR/.gpu-wheels and replaces only those; any other wheel there is
+# one line and exit 2, with DIR left as it was.
+MANIFEST="$DIR/.gpu-wheels"
+ours=""
+[ -f "$MANIFEST" ] && ours=$(cat "$MANIFEST")
+foreign=""
+for whl in "$DIR"/*.whl; do
+  [ -e "$whl" ] || continue
+  printf '%s\n' "$ours" | grep -qxF -- "$(basename "$whl")" || foreign="$foreign $(basename "$whl")"
+done
+if [ -n "$foreign" ]; then
+  echo "gpu-wheels: $DIR holds wheels it did not make:$foreign; left as they are (give an empty or new folder)" >&2
+  exit 2
+fi
+for whl in $ours; do rm -f -- "$DIR/$whl"; done
+rm -f -- "$MANIFEST"
 
 # What the node image already has (the device library's package list): never carried,
 # since a second copy on the path would shadow the node's own.
@@ -48,6 +64,7 @@ for whl in "$DIR"/*.whl; do
     if [ "$name" = "$have" ]; then rm -f "$whl"; fi
   done
 done
+(cd "$DIR" && ls -- *.whl) > "$MANIFEST"
 # one version of each project, or pip refuses the whole install
 dups=$(ls "$DIR" | cut -d- -f1 | sort | uniq -d)
 [ -z "$dups" ] || { echo "gpu-wheels: two versions of: $dups" >&2; exit 1; }

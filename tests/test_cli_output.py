@@ -230,6 +230,28 @@ def test_ctrl_c_while_a_run_is_made_prints_the_resume_command(tmp_path, out, mon
     assert err.count("interrupted") == 1
 
 
+def test_onpolicy_says_which_run_of_the_model_it_is_scoring(out, monkeypatch):
+    """The newcomer's trial: after its shape checks, `make demo`'s on-policy check printed nothing
+    for 3.5 minutes while the model ran four times (two kernel sets, two dtypes)."""
+    from tik_agent.onpolicy import report
+
+    calls = []
+
+    def compare(ops, sequences, seed, dtype):
+        calls.append((ops.name, dtype))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return None
+
+    monkeypatch.setattr(report, "compare", compare)
+    _, err = out("onpolicy", "--sequences", "2", code=130)
+    lines = [ln.split("tik_agent.progress: ", 1)[1] for ln in err.splitlines() if "tik_agent.progress: " in ln]
+    assert [ln.rsplit(",", 1)[0] for ln in lines] == [
+        "scoring 2 sequences as sampler and trainer: certified kernels, float32 (1 of 4)",
+        "scoring 2 sequences as sampler and trainer: stock kernels, float32 (2 of 4)"]
+    assert calls == [("certified", "float32"), ("stock", "float32")]
+
+
 def test_worker_phases_are_reported_as_they_change_and_while_they_last(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="tik_agent.progress")
     watch = phases.PhaseWatch(tmp_path / "progress", {}, label="the seed's worker", cases="8 fixed parity cases")
@@ -264,10 +286,12 @@ def test_a_missing_directory_is_worded_the_same_by_every_view(tmp_path, out):
     missing = tmp_path / "nonexistent"
     errors = {out(command, str(missing), code=2)[1].strip() for command in ("runs", "lineage", "report")}
     errors.add(out("show", str(missing), "seed", code=2)[1].strip())
+    # The newcomer's trial: --resume said "not a tik-agent run (no run.json)" of a missing directory.
+    errors.add(out("optimize", "--resume", str(missing), code=2)[1].strip())
     assert errors == {f"error: {missing}: no such directory"}
     (tmp_path / "file").write_text("")
-    assert {out(c, str(tmp_path / "file"), code=2)[1].strip() for c in ("runs", "lineage")} == {
-        f"error: {tmp_path / 'file'}: not a directory"}
+    assert {out(*c, str(tmp_path / "file"), code=2)[1].strip() for c in (("runs",), ("lineage",), ("optimize", "--resume"))} \
+        == {f"error: {tmp_path / 'file'}: not a directory"}
 
 
 # ----------------------------------------------------------------- what a count of cases counts

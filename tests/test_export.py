@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from exportutil import git_file, git_rev, make_run, shared_run, shared_wheel
+from tik_agent import figures
 from tik_agent.cli import run as cli
 from tik_agent.errors import UsageError
 from tik_agent.export import export_wheel, wheel_certificate
@@ -224,8 +225,26 @@ def test_cli_export_prints_the_wheel_path(run_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     (wheel,) = tmp_path.glob("*.whl")
     assert f"wheel: {wheel.resolve()}" in out.replace("\n", "")
-    cases = len(wheel_certificate(wheel)["cases"])
+    cert = wheel_certificate(wheel)
+    cases = len(cert["cases"])
     assert f"{cases}/{cases} parity cases" in out
+    # The newcomer's trial: the line said "5.56x the seed's speed", the one speedup shown without
+    # its spread (issue 19, item 5).
+    speed = figures.speedup(cert["speedups"]["vs_seed"], cert["speedups"]["noise"], 2)
+    assert "±" in speed and f"{speed} the seed's speed" in out.replace("\n", " ")
+
+
+def test_the_wheels_readme_gives_every_speedup_with_its_spread(wheel):
+    """The METADATA long description (the wheel's README): the headline, the table's figure and
+    each timing cell, as every other view writes them (found in the newcomer's trial)."""
+    readme = read_member(wheel, "METADATA").decode()
+    speedups = wheel_certificate(wheel)["speedups"]
+    assert f"**{figures.speedup(speedups['vs_seed'], speedups['noise'], 2)} as fast as** the seed" in readme
+    assert f"| speedup vs seed | {figures.speedup(speedups['vs_seed'], speedups['noise'])} (workload-weighted) |" \
+        in readme
+    for cell in speedups["cells"]:
+        row = next(ln for ln in readme.splitlines() if ln.startswith(f"| {cell['name']} |"))
+        assert row.rstrip(" |").endswith(figures.spread(cell["noise"])), row
 
 
 @pytest.mark.parametrize("args, message", [

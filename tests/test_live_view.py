@@ -128,3 +128,87 @@ def test_ray_nodes_show_their_slots_and_throughput():
     assert "ray 10.0.0.1: 2 slot(s) ray:0, ray:1; 12 evaluations, 2.4/min, 1 lost" in text
     assert "ray 10.0.0.2: 1 slot(s) ray:2; 5 evaluations, 1.0/min" in text
     assert "evaluating 20 s (attempt 300 s) on ray:0@10.0.0.1" in text
+
+
+class _Still:
+    """An optimizer that shows one snapshot."""
+
+    def snapshot(self):
+        return snapshot(3)
+
+
+@pytest.mark.parametrize("err_is_terminal", [True, False])
+def test_a_log_line_during_the_view_prints_above_it_not_under_it(err_is_terminal):
+    """Both streams a terminal (the CLI's RichHandler on the stderr console): a warning logged while
+    the view is up (a too-noisy re-time, a SIGINT) must reach the screen through the view's own
+    console. rich gives another console the real stream behind the view's redirection, so before
+    the fix the line went under the view and the next redraw wrote over it. Control: a log that
+    goes to a file stays there."""
+    import io
+    import logging
+
+    from rich.logging import RichHandler
+
+    from tik_agent.view.live import LiveView
+
+    screen, err = io.StringIO(), io.StringIO()
+    view_console = Console(file=screen, force_terminal=True, color_system=None, width=80, height=30, markup=False)
+    err_console = Console(file=err, force_terminal=err_is_terminal, color_system=None, width=80, markup=False)
+    handler = RichHandler(console=err_console, show_path=False, show_time=False)
+    logger = logging.getLogger("tik_agent.test_live_view")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with LiveView(view_console, _Still(), logger="tik_agent.test_live_view"):
+            logger.warning("a0002: too noisy to rank; re-timing with 10 rounds (1 of 2)")
+        assert handler.console is err_console      # given back when the view closes
+        logger.warning("after the view")
+    finally:
+        logger.removeHandler(handler)
+    on_screen, in_err = screen.getvalue(), err.getvalue()
+    if err_is_terminal:
+        assert "re-timing with 10 rounds" in on_screen and "re-timing" not in in_err
+        assert "after the view" in in_err
+    else:
+        assert "re-timing with 10 rounds" in in_err and "re-timing" not in on_screen
+
+
+def test_in_a_pipe_the_heartbeat_logs_each_attempt_in_flight_in_the_views_words(caplog):
+    """The newcomer's trial: `make demo | tee` showed nothing for 4.5 minutes while an attempt was
+    evaluated (no live view in a pipe, one line per finished attempt)."""
+    import logging
+
+    from tik_agent.view.heartbeat import Heartbeat
+
+    caplog.set_level(logging.INFO, logger="tik_agent.view.heartbeat")
+    with Heartbeat(_Still(), every=0.02):
+        time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tik_agent.view.heartbeat"]
+    assert lines and all(ln.startswith("a0099 from a0007 2.50x ±6%: evaluating 20 s (attempt 300 s)") for ln in lines)
+    count = len(lines)
+    time.sleep(0.1)
+    assert len([r for r in caplog.records if r.name == "tik_agent.view.heartbeat"]) == count   # stopped on exit
+
+
+def test_the_heartbeat_is_quiet_once_the_run_is_stopping(caplog):
+    import dataclasses
+    import logging
+
+    from tik_agent.view.heartbeat import Heartbeat
+
+    class Stopping:
+        def snapshot(self):
+            return dataclasses.replace(snapshot(3), stop_reason="interrupted")
+
+    caplog.set_level(logging.INFO, logger="tik_agent.view.heartbeat")
+    Heartbeat(Stopping()).beat()
+    assert not caplog.records
+
+
+def test_an_empty_frontier_says_so():
+    """The trial's exhausted run ended its view with a bare "frontier:"."""
+    import dataclasses
+
+    console = Console(record=True, width=80, height=30, file=open("/dev/null", "w"))
+    console.print(render(dataclasses.replace(snapshot(3), frontier=[], stop_reason="exhausted"), console))
+    assert "frontier: none left (each kernel set aside)" in " ".join(console.export_text().split())

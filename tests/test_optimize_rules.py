@@ -34,10 +34,14 @@ def test_a_failed_verdict_is_rejected_with_its_own_outcome(outcome):
 @pytest.mark.parametrize("vs_parent,noise,expected", [
     (1.50, 0.01, "promising"),
     (1.03, 0.01, "promising"),     # beyond the floor and the noise
-    (1.015, 0.001, "not_faster"),  # within the floor
-    (1.015, 0.30, "not_faster"),   # within the floor, however noisy
+    (1.015, 0.001, "1.015x ±0.1% the parent, within the 2.0% promotion margin"),   # within the floor
+    (1.015, 0.30, "1.015x ±30% the parent, within the noise (30.0%)"),   # within the floor, however noisy
     (1.10, 0.12, "noisy"),         # above the floor, within the noise: too noisy to rank
-    (0.80, 0.01, "not_faster"),
+    (0.99, 0.05, "0.990x ±5% the parent, within the noise (5.0%)"),
+    # The newcomer's trial saw "0.529x ±15% the parent, within the noise (14.8%)": a candidate at
+    # half its parent's speed is slower, not within the noise.
+    (0.80, 0.01, "0.800x ±1% the parent: slower, beyond the noise (1.0%)"),
+    (0.529, 0.148, "0.529x ±15% the parent: slower, beyond the noise (14.8%)"),
 ])
 def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, noise, expected):
     d = screen(verdict(vs_parent=vs_parent, noise=noise), floor=0.02)
@@ -46,7 +50,7 @@ def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, n
     elif expected == "noisy":   # decides nothing: the loop re-times it
         assert d.outcome is None and d.noisy and d.reason.startswith("too noisy to rank")
     else:
-        assert d.outcome is AttemptOutcome.NOT_FASTER and "within the noise" in d.reason and not d.noisy
+        assert d.outcome is AttemptOutcome.NOT_FASTER and d.reason == expected and not d.noisy
 
 
 def test_a_gain_must_hold_in_every_interleaved_round():

@@ -106,3 +106,18 @@ def test_the_report_shows_every_attempt_with_its_noise(run):
     assert "parity_failed (not timed)" in labels
     untimed = [c for c in speed.collections if c.get_label() == "parity_failed (not timed)"]
     assert untimed and list(untimed[0].get_offsets()[:, 0]) == [2]
+
+
+def test_every_title_of_the_report_lies_inside_the_figure(run):
+    """The newcomer's trial: the left panel's title was wider than its panel and the PNG showed
+    it as "eedup over the seed, attempt by attempt (bars: ..." (its first letters cut off)."""
+    lin = open_run(run)
+    records = [AttemptRecord.from_dict(_record(f"a000{i}", float(i))) for i in (1, 2, 3)]
+    for r, s in zip(records, (6.4, 2.1, 3.5)):
+        r.speedup, r.noise = s, 0.2
+    fig = figure(lin, records, "CPU (x86_64, Triton interpreter)")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.title.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (ax.get_title(), box.x0, box.x1, fig.bbox.width)

@@ -69,6 +69,17 @@ def test_kernel_syntax_error(seed_dir):
         load_spec(seed_dir)
 
 
+@pytest.mark.parametrize("name", ["spec.toml", "kernel.py"])
+def test_cli_a_seed_file_that_is_not_utf8_is_one_line_naming_it(seed_dir, name, capsys):
+    """Found by the newcomer's trial: a binary spec.toml or kernel.py was a UnicodeDecodeError
+    traceback (exit 1) from check-seed."""
+    path = seed_dir / name
+    path.write_bytes(path.read_bytes().replace(b"RMSNorm", b"RMS\xffNorm", 1))
+    assert cli.run(["check-seed", str(seed_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: not UTF-8 text (byte 0xff at offset" in err
+
+
 def test_cli_kernel_that_fails_to_import_exits_2(seed_dir, capsys):
     edit(seed_dir / "kernel.py", "BLOCK_N = 1024", "BLOCK_N = 1024\nraise RuntimeError('broken at import')")
     assert cli.run(["check-seed", str(seed_dir)]) == 2

@@ -77,6 +77,17 @@ def test_probes_from_another_device_are_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # refused before anything was created
 
 
+def test_a_probes_file_that_is_not_text_is_one_line(tmp_path, capsys):
+    """Found by the newcomer's trial: a binary --probes file was a UnicodeDecodeError traceback."""
+    probes = tmp_path / "probes.json"
+    probes.write_bytes(b"\xff\xfe{}")
+    code = cli.run(["optimize", "rmsnorm", "--agent", "offline", "--device", "cpu", "--probes", str(probes),
+                    "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{probes}: not a readable probes file" in err
+    assert not (tmp_path / "run").exists()
+
+
 def _steps():
     spec = importlib.util.spec_from_file_location("gpu_check_steps", REPO / "scripts" / "gpu_check_steps.py")
     module = importlib.util.module_from_spec(spec)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from tik_agent import figures
 from tik_agent.cli.output import EXIT_REJECTED, output_dir, say
 
 
@@ -34,7 +35,8 @@ def export(
         raise
     cert = wheel_certificate(wheel)
     dist, parity, speedup = cert["distribution"], cert["parity"], cert["speedups"]["vs_seed"]
-    measured = f"{speedup:.2f}x the seed's speed" if speedup else "speed not measured"
+    measured = (f"{figures.speedup(speedup, cert['speedups'].get('noise'), 2)} the seed's speed" if speedup
+                else "speed not measured")
     say(("exported", "green"), f" {dist['name']} {dist['version']}: commit {cert['run']['commit'][:12]} "
         f"of run {cert['run']['run_id']}; {parity['cases_passed']}/{parity['cases_total']} parity cases; "
         f"{measured} on {cert['environment'].get('device', '?')}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from tik_agent.cli.output import EXIT_REJECTED, emit, say
 from tik_agent.errors import UsageError
 from tik_agent.onpolicy.kernels import KINDS
 from tik_agent.onpolicy.report import DTYPES
+
+progress = logging.getLogger("tik_agent.progress")
 
 
 def onpolicy(
@@ -100,9 +104,13 @@ def _decoder_sides(chosen: dict, label: str, sequences: int, seed: int) -> list:
 
     triton = kernels.triton({k: s.path for k, s in chosen.items() if s.origin != "bundled seed"}, name=label)
     sides = []
-    for dtype in DTYPES:
-        sides.append(report.compare(triton, sequences=sequences, seed=seed, dtype=dtype))
-        sides.append(report.compare(kernels.stock(), sequences=sequences, seed=seed, dtype=dtype))
+    runs = [(ops, dtype) for dtype in DTYPES for ops in (triton, kernels.stock())]
+    start = time.perf_counter()
+    for n, (ops, dtype) in enumerate(runs, 1):
+        # Minutes under the interpreter: say which of the model's runs is going.
+        progress.info("scoring %d sequences as sampler and trainer: %s kernels, %s (%d of %d), %.0f s",
+                      sequences, ops.name, dtype, n, len(runs), time.perf_counter() - start)
+        sides.append(report.compare(ops, sequences=sequences, seed=seed, dtype=dtype))
     return sides
 
 

@@ -18,7 +18,7 @@ from tik_agent.cli.view_commands import RUNS_DIR
 from tik_agent.errors import UsageError
 from tik_agent.judge.seed_imports import check_seed_imports
 from tik_agent.run.journal import RunSummary
-from tik_agent.run.lineage import KERNEL_FILE, SEED_TAG
+from tik_agent.run.lineage import KERNEL_FILE, SEED_TAG, require_directory
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 from tik_agent.spec import seeds
 
@@ -149,7 +149,10 @@ def optimize(
                 with _quiet("tik_agent.search.optimize"), LiveView(console, optimizer):  # the live table says it
                     summary = optimizer.run()
             else:
-                summary = optimizer.run()
+                from tik_agent.view.heartbeat import Heartbeat
+
+                with Heartbeat(optimizer):  # no live view: say every minute what is in flight
+                    summary = optimizer.run()
     except KeyboardInterrupt:  # a second Ctrl-C: no summary was written by this session's end
         say(f"interrupted; continue the run with: {resume_command(path)}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -214,6 +217,7 @@ def _agent_files(prompts_dir: str | None, prices_path: str | None) -> dict:
 
 def _resumed_config(path: Path, seed: str | None, given: dict, limits: dict, workers: int | None) -> RunConfig:
     """The run's own settings; budgets (and workers) given again extend them, nothing else may change."""
+    require_directory(path)   # worded as every view words a missing directory
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
     config = RunConfig.load(path)

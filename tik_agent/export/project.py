@@ -20,7 +20,7 @@ import jinja2
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from tik_agent import pyparse
+from tik_agent import figures, pyparse
 from tik_agent.errors import UsageError
 from tik_agent.export import certificate as certificates
 from tik_agent.export.backward import backward_context
@@ -104,7 +104,8 @@ def _cells(timing: list[dict]) -> list[dict]:
     for c in timing:
         seed_ms, kernel_ms = c["seed"]["median_ms"], c["candidate"]["median_ms"]
         rows.append({"name": c["name"], "shape": c["shape"], "weight": f"{c['weight']:g}",
-                     "seed_ms": f"{seed_ms:.4g}", "kernel_ms": f"{kernel_ms:.4g}", "speedup": f"{seed_ms / kernel_ms:.2f}x"})
+                     "seed_ms": f"{seed_ms:.4g}", "kernel_ms": f"{kernel_ms:.4g}",
+                     "speedup": figures.speedup(seed_ms / kernel_ms, c.get("noise"), 2)})
     return rows
 
 
@@ -121,7 +122,7 @@ def requirements(environment: dict) -> tuple[str, ...]:
 
 
 def template_context(source: ExportSource, dist: Distribution, certificate: dict) -> dict:
-    speedup = certificate["speedups"]["vs_seed"]
+    speedup, noise = certificate["speedups"]["vs_seed"], certificate["speedups"].get("noise")
     parity = certificate["parity"]
     return {
         **_signature(source),
@@ -138,8 +139,8 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
         "parent_commit": source.parent_commit or "-",
         "seed_sha256": certificate["seed"]["sha256"], "kernel_sha256": certificate["kernel"]["sha256"],
         "cases_passed": parity["cases_passed"], "cases_total": parity["cases_total"], "outcome": parity["outcome"],
-        "speedup_text": f"{speedup:.2f}x as fast as" if speedup else "as fast as (not timed)",
-        "speedup_cell": f"{speedup:.3f}x (workload-weighted)" if speedup else "not measured",
+        "speedup_text": f"{figures.speedup(speedup, noise, 2)} as fast as" if speedup else "as fast as (not timed)",
+        "speedup_cell": f"{figures.speedup(speedup, noise)} (workload-weighted)" if speedup else "not measured",
         "env": {k: certificate["environment"].get(k) or "?" for k in ENV_FIELDS},
         "cells": _cells(certificate["speedups"]["cells"]),
         "created_at": certificate["created_at"], "tik_agent_version": certificate["tik_agent_version"],

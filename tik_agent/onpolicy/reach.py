@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tik_agent.plaintext import plain
 from tik_agent.spec.cases import MAX_BATCH, Case, extra_case, largest_batch, make_inputs, unique
+from tik_agent.spec.fields import read_text
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger("tik_agent.progress")
@@ -88,7 +89,7 @@ def check_reach(kind: str, spec: KernelSpec, path: Path, device: str = "cpu") ->
     from tik_agent.sandbox.harness import KernelLoadError, Runner, load_entry
 
     launches.install()
-    cases = reach_cases(spec, Path(path).read_text(), device)
+    cases = reach_cases(spec, read_text(Path(path)), device)   # a file that is not UTF-8: one line, exit 2
     shapes = describe(spec, cases)
     start = time.perf_counter()
     try:

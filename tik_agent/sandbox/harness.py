@@ -55,8 +55,9 @@ def load_kernel(path: Path, role: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise KernelLoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except SyntaxError as exc:  # lineno is None for a file the parser cannot read at all (a NUL byte)
+        where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
+        raise KernelLoadError(f"{where}: syntax error: {exc.msg}") from None
     except Exception as exc:  # any import-time failure of user code is reported, not raised
         raise KernelLoadError(f"{path}: import failed: {type(exc).__name__}: {exc}") from None
     return module

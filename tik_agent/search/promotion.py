@@ -59,6 +59,10 @@ def _gain(verdict: Verdict, floor: float, parent: str) -> tuple[bool | None, str
     threshold = max(noise, floor)
     figure = f"{figures.speedup(gain, verdict.noise)} {parent}"
     if gain - 1.0 <= floor:
+        if 1.0 - gain > noise:
+            return False, f"{figure}: slower, beyond the noise ({noise:.1%})"
+        if gain - 1.0 > noise:
+            return False, f"{figure}, within the {floor:.1%} promotion margin"
         return False, f"{figure}, within the noise ({threshold:.1%})"
     if low is not None and low <= 1.0:
         return False, f"{figure}, but not faster in every round (the slowest round's ratio: {low:.3f})"

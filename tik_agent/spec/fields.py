@@ -13,6 +13,14 @@ INT_DTYPES = ("int64", "int32")
 CASE_DTYPE = "float"  # placeholder: the parity case's float dtype
 
 
+def read_text(path: Path) -> str:
+    """A seed file as UTF-8 text; one line naming the file and the first bad byte otherwise."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+
+
 def _err(path: Path, where: str, problem: str, value: Any = ...) -> SpecError:
     got = "" if value is ... else f" (got {value!r})"
     return SpecError(f"{path}: {where}: {problem}{got}")

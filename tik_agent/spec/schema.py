@@ -93,7 +93,7 @@ from tik_agent.spec.backward import (
 )
 from tik_agent.spec.fields import (
     BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
-    _shape,
+    _shape, read_text,
 )
 
 REGIMES = ("normal", "zero", "large", "special")
@@ -210,7 +210,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
     if not path.is_file():
         raise SpecError(f"{path}: no spec file (a seed directory needs {SPEC_FILE} and kernel.py)")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     top = _Reader(path, data, "")
@@ -395,7 +395,7 @@ def _check_source_matches(spec: KernelSpec) -> None:
     """The entry exists with the declared parameters; tunables are constants."""
     src = spec.source
     try:
-        tree = pyparse.parse(src.read_text(), filename=str(src))
+        tree = pyparse.parse(read_text(src), filename=str(src))
     except SyntaxError as exc:
         raise SpecError(f"{src}:{exc.lineno}: kernel file does not parse: {exc.msg}") from None
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}

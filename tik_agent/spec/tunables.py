@@ -45,8 +45,8 @@ def parse_entry(path: Path, where: str, value: Any) -> tuple[list, tuple[str, ..
 def load_probes(path: Path, device: str) -> dict:
     """A probes.json from the GPU check, refused when it was probed on another device kind."""
     try:
-        probes = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        probes = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 text
         raise UsageError(f"{path}: not a readable probes file: {exc}") from None
     if not isinstance(probes, dict) or "seeds" not in probes:
         raise UsageError(f"{path}: not a probes file (no 'seeds' table)")

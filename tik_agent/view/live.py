@@ -8,10 +8,12 @@ uses it only on a terminal; elsewhere the loop's log lines are the view.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.logging import RichHandler
 from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -22,7 +24,7 @@ from tik_agent.run.lineage import SEED_TAG
 from tik_agent.search.budget import Gauge
 from tik_agent.search.frontier import Member
 from tik_agent.search.optimize import Optimizer
-from tik_agent.search.tickets import Snapshot
+from tik_agent.search.tickets import Snapshot, Ticket
 from tik_agent.run.runconfig import format_duration
 
 OUTCOME_STYLE = {
@@ -65,15 +67,11 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
     else:
         best = Text.assemble(("best ", "bold"), (figures.speedup(snap.best.speedup, snap.best.noise), "bold green"),
                              f" the seed ({snap.best.name}, {snap.best.commit[:10]})")
-    best.append(f"   accepted {snap.accepted}   frontier: " + ", ".join(_member(m) for m in snap.frontier))
+    frontier = ", ".join(_member(m) for m in snap.frontier) or "none left (each kernel set aside)"
+    best.append(f"   accepted {snap.accepted}   frontier: {frontier}")
     lines: list[RenderableType] = [head, budgets, best, *_node_lines(snap), *_noise_lines(snap)]
     now = time.time()
-    for t in snap.in_flight:
-        origin = f" from {_member(t.parent)}" if t.parent else ""
-        stage_s, total_s = now - (t.stage_started or t.started), now - t.started
-        timer = f"{stage_s:.0f} s" + (f" (attempt {total_s:.0f} s)" if total_s - stage_s >= 1 else "")
-        where = f" on {t.slot}" if t.slot else ""
-        lines.append(Text(f"  {t.attempt_id}{origin}: {t.stage} {timer}{where}", style="cyan"))
+    lines.extend(Text(f"  {ticket_line(t, now)}", style="cyan") for t in snap.in_flight)
     if snap.paused:
         lines.append(Text(f"  paused: {snap.paused}", style="yellow"))
     if snap.stop_reason:
@@ -95,6 +93,15 @@ def render(snap: Snapshot, console: Console | None = None) -> RenderableType:
             recent = kept
     lines.append(_attempts_table(recent) if wide else _attempts_lines(recent))
     return Group(*lines)
+
+
+def ticket_line(t: Ticket, now: float) -> str:
+    """An attempt in flight: ``a0002 from a0001 3.27x ±33%: evaluating 157 s (attempt 577 s) on cpu:0@vm``."""
+    origin = f" from {_member(t.parent)}" if t.parent else ""
+    stage_s, total_s = now - (t.stage_started or t.started), now - t.started
+    timer = f"{stage_s:.0f} s" + (f" (attempt {total_s:.0f} s)" if total_s - stage_s >= 1 else "")
+    where = f" on {t.slot}" if t.slot else ""
+    return f"{t.attempt_id}{origin}: {t.stage} {timer}{where}"
 
 
 def _node_lines(snap: Snapshot) -> list[Text]:
@@ -181,15 +188,33 @@ def _attempts_lines(records) -> Group:
 
 
 class LiveView:
-    """``with LiveView(console, optimizer): optimizer.run()`` redraws a few times a second."""
+    """``with LiveView(console, optimizer): optimizer.run()`` redraws a few times a second.
 
-    def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0):
+    While it is up, the log lines of ``logger`` that go to a terminal are printed through the
+    view's console, above the view.  rich hands another console the real stream behind the
+    view's stderr redirection, so a line from the stderr console would be written under the
+    view and drawn over at the next refresh: the line lost, a stale piece of the view left on
+    the screen.  A log that goes to a file is left alone.
+    """
+
+    def __init__(self, console: Console, optimizer: Optimizer, refresh_per_second: float = 2.0,
+                 logger: str = "tik_agent"):
         self._live = Live(console=console, refresh_per_second=refresh_per_second,
                           get_renderable=lambda: render(optimizer.snapshot(), console))
+        self._logger = logging.getLogger(logger)
+        self._rerouted: list[tuple[RichHandler, Console]] = []
 
     def __enter__(self) -> "LiveView":
         self._live.__enter__()
+        for handler in self._logger.handlers:
+            if isinstance(handler, RichHandler) and handler.console is not self._live.console \
+                    and handler.console.is_terminal:
+                self._rerouted.append((handler, handler.console))
+                handler.console = self._live.console
         return self
 
     def __exit__(self, *exc) -> None:
+        for handler, own in self._rerouted:
+            handler.console = own
+        self._rerouted.clear()
         self._live.__exit__(*exc)

@@ -92,7 +92,8 @@ def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknow
     ax.step([0] + xs, steps, where="post", color="#2a9d3a", linewidth=1.5, label="best so far")
     ax.axhline(1.0, color="#666", linewidth=0.8, linestyle=":")
     fig.suptitle(f"run {lineage.run_id}: times measured on {device}", fontsize=10)
-    ax.set(title="speedup over the seed, attempt by attempt (bars: timing noise; x: not timed)",
+    # Two lines: on one, the title was wider than its panel and lost its first letters.
+    ax.set(title="speedup over the seed, attempt by attempt\n(bars: timing noise; x: not timed)",
            xlabel="attempt (finishing order)", ylabel="workload speedup vs seed")
     if records:
         ax.legend(fontsize=7, loc="best")
