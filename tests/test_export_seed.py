@@ -10,6 +10,7 @@ audit, its cache and the wheels are real, each built once per session.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -239,3 +240,21 @@ def test_the_wheels_readme_says_it_is_the_seed_itself(rms_wheel):
         text = zf.read(meta).decode()
     assert "the batch-invariant seed\nkernel `rmsnorm` itself" in text and "| provenance | the seed itself" in text
     assert "| run |" not in text
+
+
+def test_onpolicy_names_a_seed_wheel_by_its_seed(tmp_path):
+    """``onpolicy --wheel`` of a seed's own wheel (here a seed directory's kernel that is not the
+    bundled one) says what certifies it: the seed's own audit, not a run."""
+    from tik_agent.onpolicy import sources
+    from tik_agent.spec.seeds import BUNDLED_DIR
+
+    kernel = (BUNDLED_DIR / "rmsnorm" / "kernel.py").read_bytes() + b"\n# my own copy of the seed\n"
+    wheel = tmp_path / "seed.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{RMS}/spec.toml", (BUNDLED_DIR / "rmsnorm" / "spec.toml").read_text())
+        zf.writestr(f"{RMS}/kernel.py", kernel)
+        zf.writestr(f"{RMS}/certificate.json", json.dumps(
+            {"provenance": "seed", "run": None, "kernel": {"sha256": hashlib.sha256(kernel).hexdigest()}}))
+    chosen = sources.resolve([], [], [wheel], tmp_path / "w")["rmsnorm"]
+    assert chosen.certified_by.basis == "certificate"
+    assert chosen.certified_by.text == "certificate of seed.whl (the seed rmsnorm itself, by its own audit)"
