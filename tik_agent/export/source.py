@@ -40,6 +40,14 @@ class ExportSource:
     audit_key: str | None = None     # a seed's export: the seed-audit cache key of the audit that certifies it
     seed_digest: str | None = None   # a seed's export: sha256 of its spec and kernel (its default version label)
 
+    def __post_init__(self):
+        needed = {"run": ("run_id", "commit", "root_commit"), "seed": ("audit_key", "seed_digest")}
+        if self.provenance not in needed:
+            raise ValueError(f"ExportSource.provenance: {self.provenance!r} is neither 'run' nor 'seed'")
+        missing = [f for f in needed[self.provenance] if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"ExportSource.{missing[0]}: needed for provenance {self.provenance!r}")
+
     @property
     def version_label(self) -> str:
         """The default version's local label: ``g<commit>`` of a run, ``seed<digest>`` of a seed
