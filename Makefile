@@ -11,7 +11,7 @@ STAMP := $(VENV)/.tik-agent-installed
 TORCH_INDEX_URL ?=
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test test-fast install clean-venv
+.PHONY: demo test test-fast install clean-venv seed-wheels
 
 install: $(STAMP)
 
@@ -42,6 +42,17 @@ demo: $(STAMP)
 	$(BIN)/tik-agent export "$$run" --out dist/; \
 	$(BIN)/tik-agent onpolicy --sequences 2 --wheel "$$(ls -t dist/tik_kernel_rmsnorm-*.whl | head -1)"; \
 	$(BIN)/tik-agent onpolicy --hf tiny-llama --sequences 3 --new-tokens 4
+
+# The wheels of the five bundled seeds themselves, each certified by its own audit, into one
+# folder (SEED_WHEELS): kernels on day one, before any search.  An audit the seed-audit cache
+# holds (from an optimize run or an earlier export on this machine, same versions) is reused;
+# otherwise each seed is audited first, minutes under the CPU interpreter.  Files already in the
+# folder are never overwritten: an identical wheel is kept, another one is an error (exit 2).
+SEEDS = rmsnorm add_rmsnorm matmul attention logprobs
+SEED_WHEELS ?= dist/seeds
+
+seed-wheels: $(STAMP)
+	@set -e; for seed in $(SEEDS); do $(BIN)/tik-agent export $$seed --out $(SEED_WHEELS); done
 
 # Both cores: pytest-xdist with two workers, each test file kept on one worker so that its
 # module fixtures hold (what several files need is built once per session: tests/shared.py).

@@ -4,7 +4,7 @@ and a corrupt entry recompute.
 
 One real audit of the tiny seed is made per module (the ``audited`` fixture); every
 test works on a private copy of its cache.  A test that must prove nothing was
-computed replaces the seed's computations in ``rundir`` with :func:`refuse_to_compute`,
+computed replaces the seed's computations (in ``rundir`` and ``seedaudit``) with :func:`refuse_to_compute`,
 so a miss ends at once in :class:`Recomputed` instead of a new audit.
 """
 
@@ -22,6 +22,7 @@ import pytest
 from optimize_helpers import cli, tiny_config, tiny_seed
 
 import tik_agent
+from tik_agent.judge import seedaudit
 from tik_agent.judge.auditcache import CACHE_ENV, RECORD, AuditCache, AuditFiles, AuditKey, cache_root
 from tik_agent.run import rundir
 from tik_agent.run.lineage import EVALUATION_FILE, open_run
@@ -29,7 +30,8 @@ from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # the module's fixture audits the tiny seed (runs are created throughout)
 
-COMPUTATIONS = ("compute_reference", "evaluate")  # the seed's outputs and its audit, as rundir calls them
+# The seed's outputs and its audit, where a run's creation calls them: (module, name).
+COMPUTATIONS = ((rundir, "compute_reference"), (seedaudit, "compute_reference"), (seedaudit, "evaluate"))
 
 
 class Recomputed(Exception):
@@ -40,18 +42,18 @@ def refuse_to_compute(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise Recomputed
 
-    for name in COMPUTATIONS:
-        monkeypatch.setattr(rundir, name, refuse)
+    for module, name in COMPUTATIONS:
+        monkeypatch.setattr(module, name, refuse)
 
 
 def count_computations(monkeypatch) -> Counter:
     calls: Counter = Counter()
-    for name in COMPUTATIONS:
-        def counted(*args, _real=getattr(rundir, name), _name=name, **kwargs):
+    for module, name in COMPUTATIONS:
+        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(rundir, name, counted)
+        monkeypatch.setattr(module, name, counted)
     return calls
 
 

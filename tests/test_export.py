@@ -109,7 +109,7 @@ def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
     package = {n.split("/", 1)[1] for n in names if n.startswith("tik_kernel_rmsnorm/")}
     assert package == {"__init__.py", "__main__.py", "_backend.py", "_cases.py", "_op.py", "_verify.py", "kernel.py",
                        "_seed_kernel.py", "certificate.json", "spec.toml", "_autograd.py", "_dropin.py",
-                       "_sequences.py", "_masks.py"}
+                       "_sequences.py", "_masks.py", "_registry.py", "_serving.py", "_vllm.py", "_sglang.py"}
     assert not [n for n in names if "tik_agent" in n]
     for name in package:
         if name.endswith(".py"):
@@ -150,6 +150,7 @@ def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wh
     assert cert["schema"] == 1
     assert cert["seed"]["sha256"] == sha256(git_file(run_dir, "seed", "kernel.py")) == evaluation["seed_sha256"]
     assert cert["kernel"]["sha256"] == sha256(git_file(run_dir, "main", "kernel.py")) == evaluation["candidate_sha256"]
+    assert cert["provenance"] == "run" and cert["audit"] is None  # a seed's own export says "seed"
     assert cert["run"]["run_id"] == run_dir.name
     assert cert["run"]["commit"] == git_rev(run_dir, "refs/heads/main")
     assert cert["run"]["root_commit"] == git_rev(run_dir, "refs/tags/seed")

@@ -1,4 +1,5 @@
-"""``export_wheel``: a run's accepted kernel -> one standalone wheel.
+"""``export_wheel``: a run's accepted kernel -> one standalone wheel (``export_seed_wheel``:
+a seed itself, certified by its own audit).
 
 Steps: read and validate the run's kernel and records (:mod:`.source`), name
 the distribution, write the certificate, render the package from the
@@ -30,7 +31,7 @@ from pathlib import Path
 from tik_agent.errors import TikError, UsageError
 from tik_agent.export import certificate as certificates
 from tik_agent.export.project import CERTIFICATE_FILE, Distribution, distribution, render_project
-from tik_agent.export.source import read_source
+from tik_agent.export.source import ExportSource, read_source
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +51,46 @@ def export_wheel(run_dir: Path | str, out_dir: Path | str, commit: str | None = 
     A file of the wheel's name already in ``out_dir`` is kept when it holds the same
     bytes; with other bytes it is a :class:`UsageError` unless ``force`` (then it is
     replaced, with a warning).  Nothing else in ``out_dir`` is touched."""
+    out_dir = _checked_out_dir(out_dir)
+    with tempfile.TemporaryDirectory(prefix="tik-export-") as tmp:
+        source = read_source(run_dir, commit, Path(tmp))
+        placed = _export(source, Path(tmp), out_dir, name, version, force)
+    log.debug("exported commit %s to %s", source.commit[:12], placed)
+    return placed
+
+
+def export_seed_wheel(seed: str | Path, out_dir: Path | str, name: str | None = None, version: str | None = None,
+                      force: bool = False, device: str | None = None, fresh_audit: bool = False) -> Path:
+    """Build the wheel of a seed itself (a bundled seed's name or a seed directory), certified
+    by the seed's own audit (from the seed-audit cache when it holds it), into ``out_dir``.
+    No run directory is made; ``out_dir`` is treated as by :func:`export_wheel`."""
+    from tik_agent.export.seedsource import read_seed_source
+
+    out_dir = _checked_out_dir(out_dir)
+    with tempfile.TemporaryDirectory(prefix="tik-export-") as tmp:
+        source, audit = read_seed_source(seed, Path(tmp) / "audit", device, fresh_audit)
+        placed = _export(source, Path(tmp), out_dir, name, version, force)
+    log.debug("exported the seed %s (audit %s, %s) to %s", source.spec.name, audit.key.digest[:12],
+              "reused" if audit.reused else "computed", placed)
+    return placed
+
+
+def _checked_out_dir(out_dir: Path | str) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out: {out_dir} exists and is not a directory")
-    with tempfile.TemporaryDirectory(prefix="tik-export-") as tmp:
-        work = Path(tmp)
-        source = read_source(run_dir, commit, work)
-        dist = distribution(source.spec.name, source.commit, name, version)
-        certificate = certificates.build_certificate(source, _distribution_record(dist, source.spec.entry))
-        project = work / "project"
-        render_project(project, source, dist, certificate)
-        wheel = _build(project, work / "dist", source.committed_at)
-        placed = _place(wheel, out_dir, force)
-    log.debug("exported %s %s (commit %s) to %s", dist.name, dist.version, source.commit[:12], placed)
-    return placed
+    return out_dir
+
+
+def _export(source: ExportSource, work: Path, out_dir: Path, name: str | None, version: str | None,
+            force: bool) -> Path:
+    """Certificate, project, build and placement of ``source``'s wheel (``work``: a scratch folder)."""
+    dist = distribution(source.spec.name, source.commit, name, version, label=source.version_label)
+    certificate = certificates.build_certificate(source, _distribution_record(dist, source.spec.entry))
+    project = work / "project"
+    render_project(project, source, dist, certificate)
+    wheel = _build(project, work / "dist", source.committed_at)
+    return _place(wheel, out_dir, force)
 
 
 def _distribution_record(dist: Distribution, entry: str) -> dict:

@@ -3,8 +3,10 @@
 It says what was checked, where, and with what result: the seed's and the
 kernel's sha256, every parity case with its outcome (and the fields that
 regenerate its inputs, so that the wheel's ``verify()`` can repeat it without
-tik-agent), the device and versions, the speedups measured, and the run and
-commit the kernel came from.
+tik-agent), the device and versions, the speedups measured, and where the
+kernel came from: ``provenance`` is ``run`` (with the run and commit) or
+``seed`` (the seed itself, certified by its own audit: ``run`` is null and
+``audit`` names the seed-audit cache key).
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ def build_certificate(source: ExportSource, distribution: dict, created_at: date
                  "signature": spec.signature_text(), "file": "_seed_kernel.py", "sha256": source.seed_sha256},
         "kernel": {"file": "kernel.py", "sha256": source.kernel_sha256, "attempt_id": source.attempt_id,
                    "parent_commit": source.parent_commit},
-        "run": {"run_id": source.run_id, "commit": source.commit, "root_commit": source.root_commit,
-                "ancestry": list(source.ancestry)},
+        "provenance": source.provenance,
+        "run": None if source.provenance == "seed" else {
+            "run_id": source.run_id, "commit": source.commit, "root_commit": source.root_commit,
+            "ancestry": list(source.ancestry)},
+        "audit": {"key": source.audit_key} if source.provenance == "seed" else None,
         # The exporting machine's interpreter path says nothing about the kernel.
         "environment": {k: v for k, v in ev.get("environment", {}).items() if k != "executable"},
         "parity": {"outcome": ev["outcome"], "cases_passed": sum(1 for c in recorded if c.get("passed")),

@@ -19,7 +19,14 @@ DROPIN_KINDS = {"matmul": ("matmul", ("a", "b")), "rmsnorm": ("rms_norm", ("x", 
                 "attention": ("attention", ("q", "k_cache", "v_cache", "cu_seqlens_q", "seq_lens", "block_table"))}
 
 
+# kind -> what its enable() takes over (the package's ROUTES; enable_all refuses two packages
+# that share one)
+ROUTES = {"matmul": ("aten::mm", "aten::addmm"), "rmsnorm": ("aten::rms_norm",),
+          "logprobs": ("log_softmax(...).gather(-1, ids)",), "attention": ("aten::scaled_dot_product_attention",)}
+
+
 def dropin_context(spec: KernelSpec) -> dict:
     known = DROPIN_KINDS.get(spec.name)
     fits = known is not None and known == (spec.entry, tuple(i.name for i in spec.inputs))
-    return {"dropin_kind": spec.name if fits else None}
+    kind = spec.name if fits else None
+    return {"dropin_kind": kind, "routes": ROUTES.get(kind, ())}

@@ -41,8 +41,11 @@ MINIMUM = {"torch": (2, 4), "triton": (3, 0)}
 NUMPY_REQUIREMENT = "numpy>=1.21"
 ALLOWED_IMPORTS = frozenset({"torch", "triton"}) | frozenset(sys.stdlib_module_names)
 # numpy is no dependency of torch or triton, but Triton's interpreter runs on
-# it: the module that patches the interpreter may use it, nothing else.
+# it: the module that patches the interpreter may use it, nothing else.  The
+# serving-engine plugins import their engine, which is never a dependency:
+# only the engine calls them, from its own plugin entry point.
 NUMPY_MODULE = "_backend.py"
+MODULE_IMPORTS = {NUMPY_MODULE: {"numpy"}, "_vllm.py": {"vllm"}, "_sglang.py": {"sglang"}}
 # PEP 508 distribution names.
 _NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 # Import names the package must not shadow.
@@ -63,8 +66,10 @@ class Distribution:
         return self.import_name
 
 
-def distribution(seed_name: str, commit: str, name: str | None = None, version: str | None = None) -> Distribution:
-    """Validate (or default) the distribution name and version; errors are usage errors."""
+def distribution(seed_name: str, commit: str | None, name: str | None = None, version: str | None = None,
+                 label: str | None = None) -> Distribution:
+    """Validate (or default) the distribution name and version; errors are usage errors.  The
+    default version is ``0.1.0+<label>``, by default ``g`` and the commit's first ten digits."""
     given = name if name is not None else f"tik-kernel-{seed_name}"
     if not _NAME_RE.match(given):
         raise UsageError(f"--name: {given!r} is not a valid distribution name (letters, digits, '-', '_' and '.', "
@@ -76,7 +81,8 @@ def distribution(seed_name: str, commit: str, name: str | None = None, version: 
                          "identifier; start the name with a letter")
     if import_name in _RESERVED or import_name in sys.stdlib_module_names:
         raise UsageError(f"--name: the import name {import_name!r} would shadow an existing module; choose another name")
-    text = version if version is not None else f"0.1.0+g{commit[:10]}"  # "g": a sha of digits only would lose its zeros
+    # "g": a sha of digits only would lose its leading zeros in the normalised version.
+    text = version if version is not None else f"0.1.0+{label or 'g' + str(commit)[:10]}"
     try:
         normalised = str(Version(text))
     except InvalidVersion:
@@ -135,7 +141,8 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
         "description": source.spec.description or f"The {source.spec.name} kernel.",
         "summary": f"Batch-invariant Triton kernel {source.spec.entry} ({source.spec.name}), "
                    f"bit-identical to its seed, exported by tik-agent",
-        "run_id": source.run_id, "commit": source.commit, "attempt_id": source.attempt_id or "-",
+        "provenance": source.provenance, "audit_key": source.audit_key or "-",
+        "run_id": source.run_id or "-", "commit": source.commit or "-", "attempt_id": source.attempt_id or "-",
         "parent_commit": source.parent_commit or "-",
         "seed_sha256": certificate["seed"]["sha256"], "kernel_sha256": certificate["kernel"]["sha256"],
         "cases_passed": parity["cases_passed"], "cases_total": parity["cases_total"], "outcome": parity["outcome"],
@@ -170,7 +177,7 @@ def render_project(root: Path, source: ExportSource, dist: Distribution, certifi
 def check_imports(package: Path) -> None:
     """Refuse a package whose modules import anything beyond torch, triton and the standard library."""
     for path in sorted(package.glob("*.py")):
-        allowed = ALLOWED_IMPORTS | ({"numpy"} if path.name == NUMPY_MODULE else set())
+        allowed = ALLOWED_IMPORTS | MODULE_IMPORTS.get(path.name, set())
         tree = pyparse.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -1,4 +1,5 @@
 """What an export takes from a run: one accepted kernel, the seed, and their records.
+(A seed's own export builds the same record from the seed's audit: :mod:`.seedsource`.)
 
 Reads the run's lineage (:mod:`tik_agent.run.lineage`) and checks that its records
 agree with its files before anything is certified: the kernel and seed
@@ -21,9 +22,9 @@ from tik_agent.spec.schema import KernelSpec, load_spec
 
 @dataclass(frozen=True)
 class ExportSource:
-    run_id: str
-    commit: str
-    root_commit: str
+    run_id: str | None      # None (and so commit and root_commit) when the seed itself is exported
+    commit: str | None
+    root_commit: str | None
     attempt_id: str | None
     parent_commit: str | None
     spec: KernelSpec
@@ -33,7 +34,25 @@ class ExportSource:
     evaluation: dict        # the accepted commit's verdict (Verdict.to_dict() plus kind, attempt_id, parent_commit)
     trailers: dict          # the accepted commit's git trailers
     ancestry: tuple         # accepted commits from this one back to the seed: commit, attempt, speedups
-    committed_at: int | None = None  # the commit's committer time (epoch seconds): the export's timestamps
+    # The export's timestamps (epoch seconds): the commit's committer time; for a seed, when its audit was stored.
+    committed_at: int | None = None
+    provenance: str = "run"          # "run": an accepted kernel of a run; "seed": the seed, by its own audit
+    audit_key: str | None = None     # a seed's export: the seed-audit cache key of the audit that certifies it
+    seed_digest: str | None = None   # a seed's export: sha256 of its spec and kernel (its default version label)
+
+    def __post_init__(self):
+        needed = {"run": ("run_id", "commit", "root_commit"), "seed": ("audit_key", "seed_digest")}
+        if self.provenance not in needed:
+            raise ValueError(f"ExportSource.provenance: {self.provenance!r} is neither 'run' nor 'seed'")
+        missing = [f for f in needed[self.provenance] if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"ExportSource.{missing[0]}: needed for provenance {self.provenance!r}")
+
+    @property
+    def version_label(self) -> str:
+        """The default version's local label: ``g<commit>`` of a run, ``seed<digest>`` of a seed
+        (a letter first: a label of digits only would lose its leading zeros)."""
+        return f"seed{self.seed_digest[:10]}" if self.provenance == "seed" else f"g{self.commit[:10]}"
 
     @property
     def seed_sha256(self) -> str:

@@ -156,9 +156,9 @@ def _from_wheel(wheel: Path, workdir: Path) -> tuple[str, Path, dict[str, Certif
     certified_sha = (certificate.get("kernel") or {}).get("sha256") if isinstance(certificate, dict) else None
     if isinstance(certified_sha, str):
         run = certificate.get("run") or {}
-        vouched[certified_sha] = Certification(
-            "certificate", f"certificate of {wheel.name} (run {run.get('run_id', '?')}, "
-                           f"commit {str(run.get('commit', '?'))[:10]})")
+        origin = (f"the seed {seed} itself, by its own audit" if certificate.get("provenance") == "seed"
+                  else f"run {run.get('run_id', '?')}, commit {str(run.get('commit', '?'))[:10]}")
+        vouched[certified_sha] = Certification("certificate", f"certificate of {wheel.name} ({origin})")
     return kind, path, vouched
 
 

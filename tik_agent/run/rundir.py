@@ -19,7 +19,6 @@ Finally ``main`` is pointed at the best kernel and checked out.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import logging
@@ -32,10 +31,10 @@ from pathlib import Path
 from tik_agent.backends import device as devices
 from tik_agent.spec.cases import evaluation_cases
 from tik_agent.errors import TikError, UsageError
-from tik_agent.judge.auditcache import AuditCache, AuditFiles, AuditKey, cache_root
-from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, evaluate, sha256_file
-from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
-                               atomic_write_json)
+from tik_agent.judge.auditcache import AuditFiles
+from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, sha256_file
+from tik_agent.judge.seedaudit import audit_seed
+from tik_agent.run.journal import AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState
 from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
                                LineageWriter, format_trailers)
 from tik_agent.run.runconfig import RunConfig, is_run_dir
@@ -216,23 +215,12 @@ def _snapshot_seed(lineage: LineageWriter) -> KernelSpec:
 def _make_root(lineage: LineageWriter, spec: KernelSpec, options: EvalOptions, config: RunConfig,
                fresh_audit: bool) -> None:
     """The seed's outputs and audit, from the audit cache or computed (then stored), and the root commit."""
-    cache = AuditCache(cache_root())
     device = config.binding or devices.binding(devices.probe_environment(config.device))
-    key = AuditKey.of(spec, options, device)
     files = AuditFiles(lineage.path / REFERENCE_CACHE, lineage.path / EVALUATION_FILE,
                        lineage.path / WARM_CACHE if options.device == "cuda" else None)
-    entry = None if fresh_audit else cache.fetch(key, files)
-    if entry is not None:
-        log.info("reusing the seed's audit from %s (same seed, spec, grid, device and versions; "
-                 "--fresh-audit recomputes it)", entry)
-        _commit_root(lineage, spec, json.loads(files.evaluation.read_text()), config, reused=key.digest)
-        return
-    reference = _reference(lineage.path, spec, options, fresh=fresh_audit)
-    _commit_root(lineage, spec, _audit(lineage.path, spec, reference, options), config)
-    try:
-        log.debug("stored the seed's audit in %s", cache.store(key, files))
-    except OSError as exc:  # the run is made; only the next one will not find its audit
-        log.warning("could not store the seed's audit in %s: %s", cache.root, exc)
+    audit = audit_seed(spec, options, device, files, fresh=fresh_audit,
+                       reference=lambda: _reference(lineage.path, spec, options, fresh=fresh_audit))
+    _commit_root(lineage, spec, audit.record, config, reused=audit.key.digest if audit.reused else None)
 
 
 def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions, fresh: bool = False) -> Reference:
@@ -251,21 +239,6 @@ def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions, fresh: boo
     ref = compute_reference(spec, options)
     ref.save(path)
     return ref
-
-
-def _audit(run_dir: Path, spec: KernelSpec, reference: Reference, options: EvalOptions) -> dict:
-    """The seed evaluated against itself, written to evaluation.json; refused unless it passed."""
-    log.info("auditing the seed: parity baseline and timings")
-    if options.device == "cuda":
-        options = dataclasses.replace(options, save_cache=str(run_dir / WARM_CACHE))
-    audit = evaluate(spec, spec.source, options, reference=reference)
-    if not audit.timing:
-        raise UsageError(f"{spec.source}: the seed's own audit failed: {audit.reason}")
-    record = {"schema": 1, "kind": "seed", "environment": audit.environment, "cases": audit.cases,
-              "timing": audit.timing, "speedup": 1.0, "noise": audit.noise, "timer": audit.timer,
-              "seed_sha256": audit.seed_sha256}
-    atomic_write_json(run_dir / EVALUATION_FILE, record)
-    return record
 
 
 def _commit_root(lineage: LineageWriter, spec: KernelSpec, audit: dict, config: RunConfig,
