@@ -35,11 +35,14 @@ def shrink_grid(seed_dir: Path, batch_sizes: str = "[1, 2, 5, 9]", dims: dict | 
 
 
 def shrink_matmul_workload(seed_dir: Path) -> None:
-    """The matmul copy's largest CPU cell (train-small, M=64 at K=N=256) cut to M=16: its
-    hidden invariance case (every row alone, forward and backward) then takes the
-    training cell's smaller shape, seconds instead of about a minute here."""
-    edit(seed_dir / "spec.toml", 'name = "train-small"\nflops = "2 * M * N * K"\nM = 64\n',
-         'name = "train-small"\nflops = "2 * M * N * K"\nM = 16\n')
+    """The matmul copy's CPU cells cut down: train-small from M=64 to M=16, and both
+    forward cells from K=N=256 to K=N=128.  Their hidden invariance cases (every row
+    alone, forward and backward) and timed calls then take seconds instead of about a
+    minute here; the cells keep their kinds (a decode and a batch, both tiled in K)."""
+    edit(seed_dir / "spec.toml", 'name = "train-small"\nflops = "2 * M * N * K"\nM = 64\nK = 256\nN = 256\n',
+         'name = "train-small"\nflops = "2 * M * N * K"\nM = 16\nK = 128\nN = 128\n')
+    edit(seed_dir / "spec.toml", 'name = "decode-small"\nflops = "2 * M * N * K"\nM = 4\nK = 256\nN = 256\n',
+         'name = "decode-small"\nflops = "2 * M * N * K"\nM = 4\nK = 128\nN = 128\n')
 
 
 SMALL_RMSNORM_EDITS = {

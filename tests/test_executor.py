@@ -149,7 +149,7 @@ def test_an_attempt_is_evaluated_and_confirmed_on_one_gpu(run):
             by_attempt.setdefault(Path(candidate).parent.name, set()).add(options.cuda_device)
         return evaluate(spec, candidate, options, reference=reference, parent=parent)
 
-    config = RunConfig.load(run).extended(limits={"iterations": 4}, workers=2)
+    config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=2)
     session = rundir.reopen(run, config)
     try:
         ex = LocalExecutor("cuda", 2, environ={"CUDA_VISIBLE_DEVICES": "0,1"}, device_count=never,
