@@ -179,4 +179,5 @@ def test_a_kernel_that_writes_its_inputs_once_replayed_is_caught(spec, reference
 def test_without_the_graph_phase_the_same_kernel_is_never_caught(spec, reference):
     """The cheat lives only in the graph phase: the per-call checks alone pass it."""
     verdict = evaluate_sandboxed(spec, CORPUS / "replay_counter.py", EvalOptions(device="cpu", rounds=3), reference)
-    assert verdict.passed, verdict.reason
+    # Parity and every per-call integrity check hold; its speed on a loaded CPU is noise.
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason

@@ -58,12 +58,25 @@ def _version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes, not the stream it was
+    when the command started (a test's captured stream is closed once the test ends)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail."),
 ) -> None:
-    handler = RichHandler(console=err_console, show_path=False, show_time=False) if err_console.is_terminal else logging.StreamHandler(sys.stderr)
+    handler = RichHandler(console=err_console, show_path=False, show_time=False) if err_console.is_terminal else _StderrHandler()
     if not err_console.is_terminal:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("tik_agent")
