@@ -129,10 +129,14 @@ def test_an_agents_rationale_is_plain():
 
 
 def test_show_prints_an_agents_source_with_its_escapes_visible(monkeypatch):
+    from rich.console import Console
+
     from tik_agent.cli import output
 
+    # A console of the test's own: setting the shared console's file would leave it, once the
+    # test is undone, on this test's captured stdout, closed under every later test.
     buffer = io.StringIO()
-    monkeypatch.setattr(output.console, "file", buffer)
+    monkeypatch.setattr(output, "console", Console(file=buffer, markup=False))
     output.source('X = "\x1b[2J"\n\tpass\n')
     assert buffer.getvalue() == 'X = "\\x1b[2J"\n\tpass\n'
 
