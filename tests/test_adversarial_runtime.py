@@ -13,32 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from seedutil import edit, small_rmsnorm
+from seedutil import corpus_rmsnorm
 from shared import cached_reference
 from tik_agent.judge import phases
 from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
 from tik_agent.judge.records import Outcome
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
-EXTRA_CELL = """[[workload]]
-name = "tiny"
-M = 5
-N = 384
-dtype = "float32"
-weight = 1.0
-
-"""
 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    seed = small_rmsnorm(tmp_path_factory.mktemp("seed"))
-    edit(seed / "spec.toml", "[tunables]", EXTRA_CELL + "[tunables]")
-    return load_spec(seed)
+    return load_spec(corpus_rmsnorm(tmp_path_factory.mktemp("seed")))
 
 
 @pytest.fixture(scope="module")

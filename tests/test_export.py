@@ -108,7 +108,7 @@ def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
     package = {n.split("/", 1)[1] for n in names if n.startswith("tik_kernel_rmsnorm/")}
     assert package == {"__init__.py", "__main__.py", "_backend.py", "_cases.py", "_op.py", "_verify.py", "kernel.py",
                        "_seed_kernel.py", "certificate.json", "spec.toml", "_autograd.py", "_dropin.py",
-                       "_sequences.py"}
+                       "_sequences.py", "_views.py", "_regimes.py"}
     assert not [n for n in names if "tik_agent" in n]
     for name in package:
         if name.endswith(".py"):
@@ -141,7 +141,7 @@ def test_wheel_carries_the_winner_and_the_seed_verbatim(wheel, run_dir):
 
 
 def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wheel, run_dir):
-    from tik_agent.spec.cases import evaluation_cases
+    from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.schema import load_spec
 
     cert = wheel_certificate(wheel)

@@ -32,6 +32,11 @@ TEMPLATE_SUFFIX = ".tmpl"
 # Rendered at the project root; every other template becomes a module of the package.
 PROJECT_FILES = ("pyproject.toml", "README.md")
 KERNEL_FILE, SEED_FILE, CERTIFICATE_FILE, SPEC_FILE = "kernel.py", "_seed_kernel.py", "certificate.json", "spec.toml"
+# tik-agent's own modules that the package carries verbatim (they import torch and the
+# standard library only): one copy of the layout classes and the regimes, so that the
+# wheel draws and classifies exactly as the evaluator did.
+VERBATIM = {"_views.py": Path(__file__).resolve().parents[1] / "spec" / "views.py",
+            "_regimes.py": Path(__file__).resolve().parents[1] / "spec" / "regimes.py"}
 # torch.library.custom_op needs torch 2.4; the kernels are written for Triton 3.
 MINIMUM = {"torch": (2, 4), "triton": (3, 0)}
 # numpy is declared: on a machine without CUDA the kernel runs only through Triton's
@@ -162,6 +167,8 @@ def render_project(root: Path, source: ExportSource, dist: Distribution, certifi
     (package / SEED_FILE).write_bytes(source.seed_source)
     (package / SPEC_FILE).write_bytes(source.spec_source)
     (package / CERTIFICATE_FILE).write_text(certificates.dumps(certificate))
+    for name, source_file in VERBATIM.items():
+        (package / name).write_bytes(source_file.read_bytes())
     check_imports(package)
     return package
 

@@ -46,7 +46,8 @@ from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
 from tik_agent.judge.plan import draw_plan, per_evaluation_cases
 from tik_agent.judge.timedcheck import judge_timed_calls
-from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
+from tik_agent.spec.cases import Case, make_inputs
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import judge_self
