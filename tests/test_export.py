@@ -108,7 +108,7 @@ def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
     package = {n.split("/", 1)[1] for n in names if n.startswith("tik_kernel_rmsnorm/")}
     assert package == {"__init__.py", "__main__.py", "_backend.py", "_cases.py", "_op.py", "_verify.py", "kernel.py",
                        "_seed_kernel.py", "certificate.json", "spec.toml", "_autograd.py", "_dropin.py",
-                       "_sequences.py", "_views.py", "_regimes.py"}
+                       "_sequences.py", "_domain.py", "_errors.py", "_views.py", "_regimes.py"}
     assert not [n for n in names if "tik_agent" in n]
     for name in package:
         if name.endswith(".py"):

@@ -99,8 +99,9 @@ def _signature(source: ExportSource) -> dict[str, str]:
     call = tensors + [f"{k}={k}" for k in spec.kwargs]
     outputs = [o.name for o in spec.outputs]
     returns = "torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]"
+    kwargs_dict = "{" + ", ".join(f"{k!r}: {k}" for k in spec.kwargs) + "}"
     return {"typed_params": ", ".join(typed), "signature": ", ".join(plain), "call_args": ", ".join(call),
-            "tensor_args": ", ".join(tensors), "returns": returns,
+            "tensor_args": ", ".join(tensors), "returns": returns, "kwargs_dict": kwargs_dict,
             "results": "out" if len(outputs) == 1 else ", ".join(outputs)}
 
 
@@ -146,6 +147,7 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
         "speedup_text": f"{speedup:.2f}x as fast as" if speedup else "as fast as (not timed)",
         "speedup_cell": f"{speedup:.3f}x (workload-weighted)" if speedup else "not measured",
         "env": {k: certificate["environment"].get(k) or "?" for k in ENV_FIELDS},
+        "domain_text": certificate["domain"]["text"],
         "cells": _cells(certificate["speedups"]["cells"]),
         "created_at": certificate["created_at"], "tik_agent_version": certificate["tik_agent_version"],
     }
