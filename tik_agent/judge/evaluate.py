@@ -206,6 +206,10 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             verdict.environment = (result or {}).get("environment", {})
         else:
             verdict = _sandbox_failure(proc, result, watch)
+            died = verdict is not None and verdict.outcome is Outcome.CRASHED and result is None
+            if died and watch.phase == "parity":
+                case = box.case_at_death({c.id for c in fixed + extras})
+                verdict.reason = f"{case}: {verdict.reason}" if case else verdict.reason
         if verdict is None:
             cases, expected = _expected(reference, extras, extra_outputs)
             verdict = judge_outputs(spec, options.device, cases, expected, box.outputs(), result, box.dir / kernel)

@@ -20,7 +20,7 @@ from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox import hostops
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.sandbox.worker import CASE_FILE, OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.cases import count_text
 from tik_agent.spec.schema import KernelSpec
 
@@ -94,6 +94,15 @@ class _Sandbox:
                 return {"cases": {}}
             # onto the CPU: the parent never needs a CUDA context for a worker's outputs
             return from_worker(torch.load(handle, weights_only=True, map_location="cpu"))
+
+    def case_at_death(self, asked: set[str]) -> str | None:
+        """The parity case the worker was running when it died: the case file's text, kept
+        only when it is one of the ``asked`` ids (the file is the candidate's to write)."""
+        with open_worker_file(self.dir / CASE_FILE) or nullcontext() as handle:
+            if handle is None:
+                return None
+            text = handle.read(4096).decode("utf-8", errors="replace")
+        return text if text in asked else None
 
     def close(self) -> None:
         if not self.keep:
