@@ -63,6 +63,8 @@ def test_the_honest_seed_passes_every_timed_call_check(spec, options, reference)
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None and len(verdict.timing) == 2
     assert len(verdict.cases) > len(reference.cases)  # the drawn and literal cases ran too
+    domain = {c.id for c in reference.cases if c.origin == "domain"}
+    assert domain and domain <= {c["case"] for c in verdict.cases}   # every domain case, passed (the corpus's control)
 
 
 @pytest.mark.parametrize("name", ["count_default_container.py", "count_jit_state.py"])

@@ -1,9 +1,9 @@
-# expect: parity_failed [parity] N=32768
+# expect: parity_failed [parity] N=8192
 """Switches its chunk on the row width without a comparison in its source: BLOCK_N is
-1024 << ((N // 16384 + 1) // 2), so rows of 16384 columns or more are summed in
-2048-wide lanes.  The grid's and the workload's widths are all below that, and no
-literal names it; the domain's edge case at the largest declared width (N = 32768)
-meets it (tik_agent/spec/domain_cases.py, edge_cases)."""
+1024 << ((N // 4096 + 1) // 2), so rows of 4096 to 12287 columns are summed in
+2048-wide lanes.  The CPU grid's and workload's widths are all below 4096, and no
+literal names it; the domain's edge case at the widest row a CPU evaluation judges
+(N = 8192, the range's cpu bound) meets it (tik_agent/spec/domain_cases.py)."""
 
 import torch
 import triton
@@ -67,7 +67,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)
     _rms_norm_kernel[grid](
         x, weight, y, M, N, x.stride(0), y.stride(0), eps,
-        BLOCK_N=BLOCK_N << ((N // 16384 + 1) // 2), ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+        BLOCK_N=BLOCK_N << ((N // 4096 + 1) // 2), ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
     return y
 
