@@ -6,7 +6,8 @@ Every file names its expected outcome and fragments of the reason (each must app
 its first line.
 They are evaluated once, in one module-scoped batch, below the static rules
 (``evaluate_sandboxed``: the run-time layer on its own) and without timing (each
-class is about bits): the rmsnorm files on the run-time corpus's spec, whose
+class is about bits), except a file expected to be refused on its source
+(``rejected_static``), which goes through ``evaluate`` and never runs: the rmsnorm files on the run-time corpus's spec, whose
 reference is shared with tests/test_adversarial_runtime.py, the logprobs file on a
 small logprobs spec.
 """
@@ -17,7 +18,7 @@ import pytest
 
 from seedutil import corpus_rmsnorm, small_logprobs
 from shared import cached_reference
-from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
+from tik_agent.judge.evaluate import EvalOptions, evaluate, evaluate_sandboxed
 from tik_agent.judge.records import Outcome
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
@@ -55,7 +56,9 @@ def verdicts(tmp_path_factory, options):
         reference = cached_reference(spec, options)
         fixed = {c.id: c.origin for c in evaluation_cases(spec, options.device)}
         for name in names:
-            out[name] = (evaluate_sandboxed(spec, CORPUS / name, options, reference), fixed)
+            static = Outcome.REJECTED_STATIC in _expectation(CORPUS / name)[0]
+            judge = evaluate if static else evaluate_sandboxed
+            out[name] = (judge(spec, CORPUS / name, options, reference), fixed)
     out["logprobs seed"] = (evaluate_sandboxed(logprobs, logprobs.source, options, cached_reference(logprobs, options)),
                             {c.id: c.origin for c in evaluation_cases(logprobs, options.device)})
     return out
@@ -65,7 +68,7 @@ def test_every_class_of_the_issue_has_a_file_with_its_expectation():
     names = {p.name for p in CORPUS.glob("*.py")}
     assert {"nonbatch_switch.py", "transposed_unit_stride.py", "mixed_weight_rounding.py", "unaligned_switch.py",
             "ignore_index_neighbour.py", "ignored_eps.py", "rms_band_shortcut.py", "int32_offsets.py",
-            "honest_rows2.py"} <= names
+            "int32_offsets_copied.py", "honest_rows2.py"} <= names
     for name in names:
         _expectation(CORPUS / name)
 
@@ -80,6 +83,9 @@ def test_each_file_gets_its_stated_verdict_from_a_domain_case(verdicts, name):
         assert all(c["passed"] for c in verdict.cases)
         return
     assert all(f in verdict.reason for f in fragments), verdict.reason
+    if verdict.outcome is Outcome.REJECTED_STATIC:
+        assert not verdict.cases   # refused on its source: nothing ran
+        return
     case = verdict.reason.split(": ")[0]
     assert fixed.get(case) == "domain", verdict.reason   # a fixed case of the domain's axes caught it
     # Every case the grid had before domains passed: only the domain's axis tells it apart.

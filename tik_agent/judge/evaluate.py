@@ -4,7 +4,8 @@ Order of events, each a wall against a way evaluators get fooled:
 
 1. static rules on the source (nothing runs if they fail), and the integer
    literals it compares sizes with (a batch size too large to test here is a
-   rejection);
+   rejection); where the declared domain reaches past 2**31 elements, no
+   32-bit index-times-stride offsets (:mod:`tik_agent.judge.offsets`);
 2. the seed's outputs for every fixed parity case, computed in a *separate*
    worker (or taken from a cache made the same way) and judged for the seed's
    own determinism and invariance on this device;
@@ -42,6 +43,7 @@ from tik_agent.bits import digest
 from tik_agent.judge.gate import Gate
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
+from tik_agent.judge.offsets import narrow_offsets, needs_wide_offsets
 from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
 from tik_agent.judge.plan import draw_plan, per_evaluation_cases
@@ -135,7 +137,7 @@ def evaluate(spec: KernelSpec, candidate: Path, options: EvalOptions, reference:
 
 
 def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) -> Verdict:
-    from tik_agent.sandbox.static import check_source
+    from tik_agent.sandbox.static import Violation, check_source
 
     try:
         source = candidate.read_text()
@@ -143,6 +145,8 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         raise UsageError(f"{candidate}: cannot read the candidate: {exc}") from None
     entries = (spec.entry,) + ((spec.backward.entry,) if spec.backward else ())
     violations = check_source(source, candidate.name, entry=entries)
+    if not violations and needs_wide_offsets(spec):  # the domain reaches past 2**31 elements
+        violations = [Violation("offset-width", n.line, n.message) for n in narrow_offsets(source, candidate.name)]
     if violations:
         first = violations[0]
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{first.line}: [{first.rule}] {first.message}",
