@@ -45,7 +45,8 @@ interpreter.activate()
 from tik_agent.sandbox import launches  # noqa: E402
 from tik_agent.judge.literals import batch_sizes_around, compared_literals  # noqa: E402
 from tik_agent.judge.plan import per_evaluation_cases  # noqa: E402
-from tik_agent.spec.cases import evaluation_cases, make_inputs, workload_case  # noqa: E402
+from tik_agent.spec.cases import make_inputs, workload_case  # noqa: E402
+from tik_agent.spec.grid import evaluation_cases  # noqa: E402
 from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate  # noqa: E402
 from tik_agent.sandbox.harness import Runner, load_entry  # noqa: E402
 from tik_agent.spec.seeds import resolve  # noqa: E402

@@ -39,7 +39,7 @@ def start(code: str, iso) -> float:
 
 def reference(iso) -> float:
     from tik_agent.judge.evaluate import EvalOptions, compute_reference
-    from tik_agent.spec.cases import evaluation_cases
+    from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.seeds import resolve
 
     spec = resolve("rmsnorm")

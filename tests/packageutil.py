@@ -14,7 +14,7 @@ from tik_agent.export.builder import _distribution_record
 from tik_agent.export.certificate import build_certificate
 from tik_agent.export.project import distribution, render_project
 from tik_agent.export.source import ExportSource
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 
 

@@ -72,3 +72,53 @@ def small_rmsnorm(dest: Path) -> Path:
     start, end = text.index("# Timing cells"), text.index("[tunables]")
     spec_file.write_text(text[:start] + SMALL_WORKLOAD + text[end:])
     return seed
+
+
+# A second CPU timing cell that no parity case uses (the run-time corpus's shape-detection case).
+CORPUS_CELL = """[[workload]]
+name = "tiny"
+M = 5
+N = 384
+dtype = "float32"
+weight = 1.0
+
+"""
+
+
+def corpus_rmsnorm(dest: Path) -> Path:
+    """The small rmsnorm seed with a second timing cell: the spec the adversarial corpora are
+    evaluated on (one spec, so that their modules share one cached reference)."""
+    seed = small_rmsnorm(dest)
+    edit(seed / "spec.toml", "[tunables]", CORPUS_CELL + "[tunables]")
+    return seed
+
+
+SMALL_LOGPROBS_WORKLOAD = """[[workload]]
+name = "small"
+M = 6
+V = 1100
+dtype = "float32"
+weight = 1.0
+devices = ["cpu"]
+
+[[workload]]
+name = "gpu"
+M = 6
+V = 1100
+dtype = "bfloat16"
+weight = 1.0
+devices = ["cuda"]
+
+"""
+
+
+def small_logprobs(dest: Path) -> Path:
+    """The logprobs seed with a small grid and one small timing cell per device."""
+    import re
+
+    seed = copy_seed("logprobs", dest)
+    shrink_grid(seed, batch_sizes="[1, 3, 6]", dims={"V": "[1003]"})
+    text = re.sub(r"\[\[workload\]\]\n(?:[^\[\n].*\n|\n)*", "", (seed / "spec.toml").read_text())
+    edit_text = text.replace("[tunables]", SMALL_LOGPROBS_WORKLOAD + "[tunables]", 1)
+    (seed / "spec.toml").write_text(edit_text)
+    return seed

@@ -13,32 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from seedutil import edit, small_rmsnorm
+from seedutil import corpus_rmsnorm
 from shared import cached_reference
 from tik_agent.judge import phases
 from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
 from tik_agent.judge.records import Outcome
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
-EXTRA_CELL = """[[workload]]
-name = "tiny"
-M = 5
-N = 384
-dtype = "float32"
-weight = 1.0
-
-"""
 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    seed = small_rmsnorm(tmp_path_factory.mktemp("seed"))
-    edit(seed / "spec.toml", "[tunables]", EXTRA_CELL + "[tunables]")
-    return load_spec(seed)
+    return load_spec(corpus_rmsnorm(tmp_path_factory.mktemp("seed")))
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +63,8 @@ def test_the_honest_seed_passes_every_timed_call_check(spec, options, reference)
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None and len(verdict.timing) == 2
     assert len(verdict.cases) > len(reference.cases)  # the drawn and literal cases ran too
+    domain = {c.id for c in reference.cases if c.origin == "domain"}
+    assert domain and domain <= {c["case"] for c in verdict.cases}   # every domain case, passed (the corpus's control)
 
 
 @pytest.mark.parametrize("name", ["count_default_container.py", "count_jit_state.py"])

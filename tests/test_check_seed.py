@@ -134,7 +134,8 @@ def test_a_seed_variant_only_above_the_parity_batches_fails_check_seed(tmp_path,
 
 def test_check_seed_plans_the_audit_cases(device):
     from tik_agent.judge.seedcheck import audit_cases
-    from tik_agent.spec.cases import describe, evaluation_cases
+    from tik_agent.spec.cases import describe
+    from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.seeds import resolve
 
     spec = resolve("rmsnorm")

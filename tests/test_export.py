@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -109,7 +111,8 @@ def test_wheel_holds_the_package_and_nothing_of_tik_agent(wheel):
     package = {n.split("/", 1)[1] for n in names if n.startswith("tik_kernel_rmsnorm/")}
     assert package == {"__init__.py", "__main__.py", "_backend.py", "_cases.py", "_op.py", "_verify.py", "kernel.py",
                        "_seed_kernel.py", "certificate.json", "spec.toml", "_autograd.py", "_dropin.py",
-                       "_sequences.py", "_masks.py", "_registry.py", "_serving.py", "_vllm.py", "_sglang.py"}
+                       "_sequences.py", "_masks.py", "_registry.py", "_serving.py", "_vllm.py", "_sglang.py",
+                       "_domain.py", "_errors.py", "_views.py", "_regimes.py"}
     assert not [n for n in names if "tik_agent" in n]
     for name in package:
         if name.endswith(".py"):
@@ -142,7 +145,7 @@ def test_wheel_carries_the_winner_and_the_seed_verbatim(wheel, run_dir):
 
 
 def test_certificate_records_hashes_cases_environment_speedups_and_provenance(wheel, run_dir):
-    from tik_agent.spec.cases import evaluation_cases
+    from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.schema import load_spec
 
     cert = wheel_certificate(wheel)
@@ -183,7 +186,12 @@ def test_the_wheels_inputs_are_the_ones_tik_agent_checked(wheel, tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(tmp_path)
     package = tmp_path / "tik_kernel_rmsnorm"
-    mod_spec = importlib.util.spec_from_file_location("_exported_cases", package / "_cases.py")
+    # _cases imports its siblings (_views, _regimes): load it inside a stand-in for the
+    # package, without running the package's __init__ (which registers the op).
+    parent = types.ModuleType("_exported_package")
+    parent.__path__ = [str(package)]
+    sys.modules["_exported_package"] = parent
+    mod_spec = importlib.util.spec_from_file_location("_exported_package._cases", package / "_cases.py")
     cases_mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(cases_mod)
     shutil.copy2(package / "_seed_kernel.py", package / "kernel.py")  # load_spec wants the seed's file name

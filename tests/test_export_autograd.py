@@ -4,6 +4,7 @@ package whose seed has no backward entry, which refuses a call that needs a grad
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,11 @@ def facts(unpacked) -> dict:
         x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
         facts["opcheck_forward"] = {{k: v for k, v in opcheck(op.default, (x, w)).items()}}
         facts["opcheck_backward"] = {{k: v for k, v in opcheck(bop.default, (x0, w0, dy)).items()}}
-        # float64 in and out; the kernel's math is fp32, which sets eps and the tolerances.
+        # float64 in and out; the kernel's math is fp32, which sets eps and the tolerances.  float64
+        # lies outside the certified domain, so the op would refuse it: the check of the gradient's
+        # wiring runs with the domain check lifted (the certificate's domain, not the math, is what
+        # tests/test_export_domain.py checks).
+        certified, pkg._domain.DOMAIN = pkg._domain.DOMAIN, None
         x64 = torch.randn(3, 8, dtype=torch.float64, generator=gen, requires_grad=True)
         w64 = torch.randn(8, dtype=torch.float64, generator=gen, requires_grad=True)
         facts["gradcheck"] = torch.autograd.gradcheck(lambda x, w: op(x, w), (x64, w64), eps=1e-3, atol=2e-3, rtol=2e-3)
@@ -73,6 +78,12 @@ def facts(unpacked) -> dict:
 
         facts["gradcheck_control"] = torch.autograd.gradcheck(Off.apply, (x64, w64), eps=1e-3, atol=2e-3, rtol=2e-3,
                                                                raise_exception=False)
+        pkg._domain.DOMAIN = certified
+        try:
+            op(x64, w64)
+            facts["float64_refused"] = False
+        except pkg.NotCertifiedError:
+            facts["float64_refused"] = True
         print(json.dumps(facts))
     """)
 
@@ -101,6 +112,7 @@ def test_opcheck_passes_for_the_op_with_gradients_and_for_the_backward_op(facts)
 
 
 def test_float64_gradient_check(facts):
+    assert facts["float64_refused"] is True   # outside the certified domain: refused once it is back
     assert facts["gradcheck"] is True
     assert facts["gradcheck_control"] is False, "a 1% wrong dx should fail the gradient check"
 
@@ -111,8 +123,11 @@ def forward_only_seed(dest: Path) -> Path:
     seed = copy_seed("rmsnorm", dest)
     text = (seed / "spec.toml").read_text()
     text = text[: text.index("[backward]")] + text[text.index("[tunables]"):]
-    head, *cells = text.split("[[workload]]\n")
-    (seed / "spec.toml").write_text("[[workload]]\n".join([head, *[c for c in cells if "backward = true" not in c]]))
+    # Each [[workload]] cell up to the next table; the tables after the cells ([tunables],
+    # [domain]) stay.
+    cells = re.compile(r"\[\[workload\]\]\n(?:[^\[\n].*\n|\n)*")
+    text = cells.sub(lambda m: "" if "backward = true" in m.group(0) else m.group(0), text)
+    (seed / "spec.toml").write_text(text)
     edit(seed / "spec.toml", 'name = "rmsnorm"', 'name = "rmsfwd"')
     return seed
 

@@ -24,7 +24,7 @@ from tik_agent.export import wheel_certificate
 from tik_agent.judge import seedaudit
 from tik_agent.judge.auditcache import AuditKey
 from tik_agent.judge.options import EvalOptions
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 from venvutil import make_env, run_installed
 

@@ -15,7 +15,8 @@ from tik_agent.judge.records import Outcome
 from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 from tik_agent.spec import seeds
-from tik_agent.spec.cases import above_grid_sizes, evaluation_cases, largest_batch, rows_alone, subbatches
+from tik_agent.spec.cases import above_grid_sizes, largest_batch, rows_alone, subbatches
+from tik_agent.spec.grid import evaluation_cases
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul"])

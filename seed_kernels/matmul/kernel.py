@@ -54,8 +54,13 @@ def _matmul_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    # Offsets in 64 bits: a transposed weight (b = w.t(), strides (1, K)) puts column n
+    # n * K elements away, past 2**31 for an lm_head of 152k x 16k.
+    rm64, rn64, rk64 = rm.to(tl.int64), rn.to(tl.int64), rk.to(tl.int64)
+    a_ptrs = a_ptr + rm64[:, None] * stride_am + rk64[None, :] * stride_ak
+    b_ptrs = b_ptr + rk64[:, None] * stride_bk + rn64[None, :] * stride_bn
+    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K  # a stride of 1 arrives as a constexpr on a GPU
+    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -63,10 +68,10 @@ def _matmul_kernel(
         a = tl.load(a_ptrs, mask=(rm < M)[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=k_ok[:, None] & (rn < N)[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        a_ptrs += a_step
+        b_ptrs += b_step
 
-    c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
+    c_ptrs = c_ptr + rm64[:, None] * stride_cm + rn64[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 

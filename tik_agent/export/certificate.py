@@ -16,7 +16,9 @@ import logging
 from datetime import datetime, timezone
 
 from tik_agent import __version__
-from tik_agent.spec.cases import Case, evaluation_cases
+from tik_agent.spec.domain_text import describe
+from tik_agent.spec.cases import Case
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.export.source import ExportSource
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ def build_certificate(source: ExportSource, distribution: dict, created_at: date
         created_at = datetime.fromtimestamp(source.committed_at, timezone.utc)
     ev = source.evaluation
     spec = source.spec
+    device = ev.get("environment", {}).get("device", "cpu")
     cases = certified_cases(source)
     recorded = ev["cases"]
     agent = {key: source.trailers[t] for t, key in AGENT_TRAILERS.items() if t in source.trailers}
@@ -86,8 +89,17 @@ def build_certificate(source: ExportSource, distribution: dict, created_at: date
         "speedups": {"vs_seed": ev.get("speedup"), "vs_parent": ev.get("speedup_vs_parent"),
                      "noise": ev.get("noise"), "timer": ev.get("timer"), "cells": list(ev.get("timing", []))},
         "agent": agent,
+        "domain": {**spec.domain.to_dict(), "text": describe(spec.domain, spec.inputs, spec.layout, device),
+                   "judged_up_to": _judged_up_to(spec, device)},
         "cases": cases,
     }
+
+
+def _judged_up_to(spec, device: str) -> dict:
+    """The largest size of each dimension that an evaluation on ``device`` judges, where it is
+    below the range's end (a CPU evaluation cannot afford the largest: the spec's ``cpu``)."""
+    return {name: span.judged_high(device) for name, span in spec.domain.dims.items()
+            if not span.values and span.judged_high(device) < span.high}
 
 
 def dumps(certificate: dict) -> str:

@@ -32,6 +32,11 @@ TEMPLATE_SUFFIX = ".tmpl"
 # Rendered at the project root; every other template becomes a module of the package.
 PROJECT_FILES = ("pyproject.toml", "README.md")
 KERNEL_FILE, SEED_FILE, CERTIFICATE_FILE, SPEC_FILE = "kernel.py", "_seed_kernel.py", "certificate.json", "spec.toml"
+# tik-agent's own modules that the package carries verbatim (they import torch and the
+# standard library only): one copy of the layout classes and the regimes, so that the
+# wheel draws and classifies exactly as the evaluator did.
+VERBATIM = {"_views.py": Path(__file__).resolve().parents[1] / "spec" / "views.py",
+            "_regimes.py": Path(__file__).resolve().parents[1] / "spec" / "regimes.py"}
 # torch.library.custom_op needs torch 2.4; the kernels are written for Triton 3.
 MINIMUM = {"torch": (2, 4), "triton": (3, 0)}
 # numpy is declared: on a machine without CUDA the kernel runs only through Triton's
@@ -100,8 +105,9 @@ def _signature(source: ExportSource) -> dict[str, str]:
     call = tensors + [f"{k}={k}" for k in spec.kwargs]
     outputs = [o.name for o in spec.outputs]
     returns = "torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]"
+    kwargs_dict = "{" + ", ".join(f"{k!r}: {k}" for k in spec.kwargs) + "}"
     return {"typed_params": ", ".join(typed), "signature": ", ".join(plain), "call_args": ", ".join(call),
-            "tensor_args": ", ".join(tensors), "returns": returns,
+            "tensor_args": ", ".join(tensors), "returns": returns, "kwargs_dict": kwargs_dict,
             "results": "out" if len(outputs) == 1 else ", ".join(outputs)}
 
 
@@ -149,6 +155,7 @@ def template_context(source: ExportSource, dist: Distribution, certificate: dict
         "speedup_text": f"{figures.speedup(speedup, noise, 2)} as fast as" if speedup else "as fast as (not timed)",
         "speedup_cell": f"{figures.speedup(speedup, noise)} (workload-weighted)" if speedup else "not measured",
         "env": {k: certificate["environment"].get(k) or "?" for k in ENV_FIELDS},
+        "domain_text": certificate["domain"]["text"],
         "cells": _cells(certificate["speedups"]["cells"]),
         "created_at": certificate["created_at"], "tik_agent_version": certificate["tik_agent_version"],
     }
@@ -170,6 +177,8 @@ def render_project(root: Path, source: ExportSource, dist: Distribution, certifi
     (package / SEED_FILE).write_bytes(source.seed_source)
     (package / SPEC_FILE).write_bytes(source.spec_source)
     (package / CERTIFICATE_FILE).write_text(certificates.dumps(certificate))
+    for name, source_file in VERBATIM.items():
+        (package / name).write_bytes(source_file.read_bytes())
     check_imports(package)
     return package
 

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import tik_agent
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)

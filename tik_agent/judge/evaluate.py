@@ -4,7 +4,8 @@ Order of events, each a wall against a way evaluators get fooled:
 
 1. static rules on the source (nothing runs if they fail), and the integer
    literals it compares sizes with (a batch size too large to test here is a
-   rejection);
+   rejection); where the declared domain reaches past 2**31 elements, no
+   32-bit index-times-stride offsets (:mod:`tik_agent.judge.offsets`);
 2. the seed's outputs for every fixed parity case, computed in a *separate*
    worker (or taken from a cache made the same way) and judged for the seed's
    own determinism and invariance on this device;
@@ -42,11 +43,13 @@ from tik_agent.bits import digest
 from tik_agent.judge.gate import Gate
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
+from tik_agent.judge.offsets import narrow_offsets, needs_wide_offsets
 from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
 from tik_agent.judge.plan import draw_plan, per_evaluation_cases
 from tik_agent.judge.timedcheck import judge_timed_calls
-from tik_agent.spec.cases import Case, evaluation_cases, make_inputs
+from tik_agent.spec.cases import Case, make_inputs
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.harness import CaseOutputs
 from tik_agent.judge.parity import judge_self
@@ -135,7 +138,7 @@ def evaluate(spec: KernelSpec, candidate: Path, options: EvalOptions, reference:
 
 
 def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) -> Verdict:
-    from tik_agent.sandbox.static import check_source
+    from tik_agent.sandbox.static import Violation, check_source
 
     try:
         source = candidate.read_text()
@@ -143,6 +146,8 @@ def _evaluate(spec, candidate: Path, options: EvalOptions, reference, parent) ->
         raise UsageError(f"{candidate}: cannot read the candidate: {exc}") from None
     entries = (spec.entry,) + ((spec.backward.entry,) if spec.backward else ())
     violations = check_source(source, candidate.name, entry=entries)
+    if not violations and needs_wide_offsets(spec):  # the domain reaches past 2**31 elements
+        violations = [Violation("offset-width", n.line, n.message) for n in narrow_offsets(source, candidate.name)]
     if violations:
         first = violations[0]
         return Verdict(Outcome.REJECTED_STATIC, f"{candidate.name}:{first.line}: [{first.rule}] {first.message}",
@@ -206,6 +211,10 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             verdict.environment = (result or {}).get("environment", {})
         else:
             verdict = _sandbox_failure(proc, result, watch)
+            died = verdict is not None and verdict.outcome is Outcome.CRASHED and result is None
+            if died and watch.phase == "parity":
+                case = box.case_at_death({c.id for c in fixed + extras})
+                verdict.reason = f"{case}: {verdict.reason}" if case else verdict.reason
         if verdict is None:
             cases, expected = _expected(reference, extras, extra_outputs)
             verdict = _judge_left(spec, options.device, box, box.dir / kernel, cases, expected, result)

@@ -68,7 +68,7 @@ def expected_meta(spec: KernelSpec, case: Case, m: int, output: OutputSpec | Non
         if BLOCKS_DIM in output.shape:
             dims[BLOCKS_DIM] = (placement(spec, case, full_launch(spec, case.m, case.dims)).num_blocks
                                 if blocks is None else blocks)
-    return resolve_shape(output.shape, m, dims), output.resolve_dtype(case.dtype)
+    return resolve_shape(output.shape, m, dims), output.dtype_in(case)
 
 
 def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: int | None = None,
@@ -120,7 +120,7 @@ def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path
         if out.inputs_digest_after != inputs_digest:
             raise _Fail(Check.INPUTS, "inputs changed during the call")
         passed.append(Check.INPUTS.value)
-        if not (case.rows_sample and out.again is None):
+        if not (case.runs_once and out.again is None):
             _check_output(spec, case, out.again, case.m, "second run")
             _same_bits(Check.DETERMINISM, "second run vs first", out.full, out.again, _names(spec))
             passed.append(Check.DETERMINISM.value)

@@ -11,7 +11,9 @@ read it) seeds every choice below:
 * the inputs of every call (their case seeds), for the candidate and for the
   kernels it is timed against: the worker gets seeds, never the secret;
 * a few batch sizes the agent was never shown (one inside the grid's range,
-  one above it), at random dims, dtype and regime;
+  one above it), at random dims, dtype and regime; with a declared domain one
+  more case at dimensions near powers of two, with keyword values, a layout and
+  a dtype combination drawn from the domain;
 * for the graph phase (cuda, or its CPU rehearsal): each cell's base seed, the
   fill seed of every replay round and the rounds whose outputs are digested
   (:data:`GRAPH_CHECKED` of them).
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 
 from tik_agent.spec.cases import (MAX_BATCH, Case, dims_combinations, extra_case, fp32_first, largest_batch,
                                   smallest_dims, unique)
+from tik_agent.spec.domain_cases import drawn_domain_case
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
@@ -157,5 +160,11 @@ def literal_cases(spec: KernelSpec, sizes: list[int]) -> list[Case]:
 
 def per_evaluation_cases(spec: KernelSpec, device: str, around: list[int],
                          rng: random.Random | None = None) -> list[Case]:
-    """The cases one evaluation adds to the fixed grid: around the literals, and drawn."""
-    return unique(literal_cases(spec, literal_sizes(spec, device, around)) + drawn_cases(spec, device, rng))
+    """The cases one evaluation adds to the fixed grid: around the literals, and drawn (with
+    a declared domain, one more at dimensions near powers of two, its keywords, layout and
+    dtypes drawn too)."""
+    rng = rng or secret_rng()
+    drawn = drawn_cases(spec, device, rng)
+    if spec.domain is not None and spec.domain.declared:
+        drawn.append(drawn_domain_case(spec, device, rng))
+    return unique(literal_cases(spec, literal_sizes(spec, device, around)) + drawn)

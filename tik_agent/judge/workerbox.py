@@ -25,7 +25,7 @@ from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox import hostops
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
-from tik_agent.sandbox.worker import OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
+from tik_agent.sandbox.worker import CASE_FILE, OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
 from tik_agent.spec.cases import count_text
 from tik_agent.spec.schema import KernelSpec
 
@@ -108,6 +108,15 @@ class _Sandbox:
             except Exception as exc:  # the worker's to write: whatever it wrote, its failure, in our words
                 raise UnreadableWorkerFile(f"{OUTPUTS_FILE} cannot be read ({type(exc).__name__})") from None
             return from_worker(loaded)
+
+    def case_at_death(self, asked: set[str]) -> str | None:
+        """The parity case the worker was running when it died: the case file's text, kept
+        only when it is one of the ``asked`` ids (the file is the candidate's to write)."""
+        with open_worker_file(self.dir / CASE_FILE) or nullcontext() as handle:
+            if handle is None:
+                return None
+            text = handle.read(4096).decode("utf-8", errors="replace")
+        return text if text in asked else None
 
     def close(self) -> None:
         if not self.keep:

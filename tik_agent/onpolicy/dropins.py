@@ -69,7 +69,7 @@ def _render(kind: str, kernel: Path, name: str, workdir: Path) -> Path:
     from tik_agent.export.certificate import build_certificate
     from tik_agent.export.project import distribution, render_project
     from tik_agent.export.source import ExportSource
-    from tik_agent.spec.cases import evaluation_cases
+    from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.schema import load_spec
     from tik_agent.spec.seeds import BUNDLED_DIR
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 from tik_agent.backends import device as devices
-from tik_agent.spec.cases import evaluation_cases
+from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import TikError, UsageError
 from tik_agent.judge.auditcache import AuditFiles
 from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, sha256_file

@@ -21,7 +21,7 @@ from typing import Callable
 from tik_agent.sandbox import hostops
 from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.spec.cases import Case, SubBatch, make_inputs, rows_alone, subbatches
+from tik_agent.spec.cases import Case, SubBatch, case_kwargs, make_inputs, rows_alone, subbatches
 from tik_agent.errors import SpecError
 from tik_agent.spec.backward import is_batched
 from tik_agent.spec.schema import KernelSpec
@@ -210,7 +210,7 @@ class Runner:
         self.entry, self.spec, self.device = entry, spec, device
 
     def call(self, case: Case, inputs: list, m: int, which: int = 0):
-        return guarded_call(self.entry, inputs, self.spec.kwargs, which)
+        return guarded_call(self.entry, inputs, case_kwargs(self.spec, case), which)
 
     def run_case(self, case: Case) -> CaseOutputs:
         if self.spec.layout == "sequences":
@@ -222,7 +222,7 @@ class Runner:
             full = self.call(case, inputs, case.m, 0)
             # A large case runs its full batch once: cost is per row, and parity
             # with the seed already rejects unwritten (poisoned) elements.
-            again = None if case.rows_sample else self.call(case, inputs, case.m, 1)
+            again = None if case.runs_once else self.call(case, inputs, case.m, 1)
             rows = None
             subs = []
             if case.invariance:

@@ -21,7 +21,7 @@ def run_sequence_case(runner, case):
     probes = {}
     with launches.recording() as rec:
         full = runner.call(case, inputs, case.m, 0)
-        again = runner.call(case, inputs, case.m, 1)
+        again = None if case.runs_once else runner.call(case, inputs, case.m, 1)
         if case.invariance:
             for n, launch in enumerate(probe_launches(spec, case)):
                 probe_inputs = build_launch(spec, case, launch, runner.device)

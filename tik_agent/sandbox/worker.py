@@ -47,6 +47,10 @@ REQUEST_FILE = "request.json"
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.pt"
 PROGRESS_FILE = "progress"
+# The id of the parity case the worker is running: a worker that dies (a fault reading
+# memory it does not own) leaves it behind, and the parent names the case if it is one
+# it asked for.
+CASE_FILE = "case"
 # Created by the parent when the seed's worker is done and the candidate's parity is
 # judged: {"proceed": bool, "graph_calls": {cell: calls}}; timing starts only then.
 GATE_FILE = "gate"
@@ -149,6 +153,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     progress("parity")
     for raw in request["cases"]:
         case = Case.from_dict(raw)
+        (workdir / CASE_FILE).write_text(case.id)
         try:
             outputs["cases"][case.id] = runner.run_case(case).to_payload()
         except Exception as exc:  # the kernel's failure is the verdict, reported with its trace

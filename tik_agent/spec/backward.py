@@ -103,7 +103,7 @@ def grad_inputs(backward: BackwardSpec, outputs: tuple[OutputSpec, ...]):
 
 def grad_outputs(backward: BackwardSpec, inputs) -> tuple[OutputSpec, ...]:
     by_name = {i.name: i for i in inputs}
-    return tuple(OutputSpec(by_name[w].shape, by_name[w].dtype, f"d{w}") for w in backward.wrt)
+    return tuple(OutputSpec(by_name[w].shape, by_name[w].dtype, f"d{w}", of_input=w) for w in backward.wrt)
 
 
 def is_batched(output: OutputSpec) -> bool:

@@ -21,7 +21,12 @@ Grid shape (cost matters: every case runs under the CPU interpreter):
 
 Cases drawn per evaluation (secret M values, sizes around the literals a
 candidate compares with) are built here too, by :func:`extra_case`, but
-chosen on the trusted side (:mod:`tik_agent.judge.plan`).
+chosen on the trusted side (:mod:`tik_agent.judge.plan`).  The cases of a
+declared domain's axes are :mod:`tik_agent.spec.domain_cases`; the fixed grid
+as a whole is :func:`tik_agent.spec.grid.evaluation_cases`.  A case's inputs may
+take a layout class, other dtypes for some inputs, and integer special values
+(:func:`make_inputs`, :func:`place`); its call, keyword values
+(:func:`case_kwargs`).
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from tik_agent.spec.schema import KernelSpec, WorkloadCell
+Scalar = int | float | bool | str
 
-# Scale of the "large" regime per dtype: big enough to exercise the exponent
-# range, small enough that x*x summed over a row stays finite in fp32.
-LARGE_SCALE = {"float32": 1e15, "bfloat16": 1e15, "float16": 1e4}
-SPECIAL_FRACTION = 0.03
+from tik_agent.spec.regimes import apply_regime, inject_special
+from tik_agent.spec.schema import KernelSpec, WorkloadCell
+from tik_agent.spec.views import HUGE, lay_out
+
 
 
 @dataclass(frozen=True)
@@ -52,28 +57,56 @@ class Case:
     subbatches: int = 0
     hidden: bool = False  # shapes the agent never sees (held-out dims)
     rows_sample: int = 0  # rows run alone: 0 = every row, else this many (seeded sample)
-    # Why the case exists (grid, hidden, above-grid, drawn, literal): reported, not part of the id.
+    # Why the case exists (grid, hidden, above-grid, drawn, literal, domain): reported, not part of the id.
     origin: str = field(default="grid", compare=False)
+    # The domain's axes (tik_agent.spec.domain_cases); the defaults are the contiguous,
+    # one-dtype, spec-keyword cases every grid had before, and leave their ids alone.
+    layout: str = ""  # a layout class of tik_agent.spec.views, or "huge-rows:<input>" / "huge-columns:<input>"
+    dtypes: Mapping[str, str] = field(default_factory=dict)    # inputs in another dtype than the case's
+    kwargs: Mapping[str, Scalar] = field(default_factory=dict)  # keywords other than the spec's values
+    special: bool = False  # integer inputs hold their declared special values in some rows
+    # The full batch runs once (no determinism run): a domain case about one axis, where
+    # parity with the seed already rejects unwritten (poisoned) elements.  Not in the id.
+    once: bool = field(default=False, compare=False)
+
+    @property
+    def runs_once(self) -> bool:
+        """A large case, or one marked ``once``: no second run of the full batch."""
+        return bool(self.rows_sample) or self.once
 
     @property
     def id(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
         kind = ("hinv" if self.hidden else "inv") if self.invariance else "hid" if self.hidden else "par"
         rows = f":r{self.rows_sample}" if self.rows_sample else ""
-        return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}{rows}"
+        return f"{kind}:M={self.m},{dims}:{self.dtype}:{self.regime}:s{self.seed}{rows}{self._domain_id()}"
+
+    def _domain_id(self) -> str:
+        parts = [f":{self.layout}"] if self.layout else []
+        parts += [f":{k}={v}" for k, v in sorted(self.dtypes.items())]
+        parts += [f":{k}={v!r}" for k, v in sorted(self.kwargs.items())]
+        return "".join(parts) + (":special" if self.special else "")
 
     def to_dict(self) -> dict:
         return {
             "m": self.m, "dims": dict(self.dims), "dtype": self.dtype, "regime": self.regime,
             "seed": self.seed, "invariance": self.invariance, "subbatches": self.subbatches,
             "hidden": self.hidden, "rows_sample": self.rows_sample, "origin": self.origin,
+            "layout": self.layout, "dtypes": dict(self.dtypes), "kwargs": dict(self.kwargs), "special": self.special,
+            "once": self.once,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Case":
         return cls(int(d["m"]), dict(d["dims"]), d["dtype"], d["regime"], int(d["seed"]),
                    bool(d["invariance"]), int(d["subbatches"]), bool(d.get("hidden", False)),
-                   int(d.get("rows_sample", 0)), str(d.get("origin", "grid")))
+                   int(d.get("rows_sample", 0)), str(d.get("origin", "grid")), str(d.get("layout", "")),
+                   dict(d.get("dtypes", {})), dict(d.get("kwargs", {})), bool(d.get("special", False)),
+                   bool(d.get("once", False)))
+
+    def dtype_of(self, name: str, declared: str) -> str:
+        """The dtype of an input (or of the gradient of one) named ``name`` in this case."""
+        return self.dtypes.get(name) or (self.dtype if declared == "float" else declared)
 
 
 @dataclass(frozen=True)
@@ -155,7 +188,8 @@ def subbatches(case: Case) -> list[SubBatch]:
 
 
 def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
-    """The entry's positional inputs for ``case``, generated on the CPU and moved."""
+    """The entry's positional inputs for ``case``, generated on the CPU and moved, then
+    laid out as the case says (on the device: a move would make them contiguous)."""
     import torch
 
     if spec.layout == "sequences":
@@ -168,47 +202,58 @@ def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
     # inputs of a case are the same with or without a backward entry.
     for inp in spec.checked_inputs:
         shape = inp.resolve_shape(case.m, case.dims)
-        dtype_name = inp.resolve_dtype(case.dtype)
+        dtype_name = case.dtype_of(inp.name, inp.dtype)
         dtype = getattr(torch, dtype_name)
         if not inp.is_float:
+            values = spec.domain.values.get(inp.name) if spec.domain else None
             high = case.dims[inp.high] if isinstance(inp.high, str) else inp.high
-            t = torch.randint(0, high, shape, generator=gen, dtype=dtype)
+            t = torch.randint(values.low if values else 0, high, shape, generator=gen, dtype=dtype)
+            if case.special and values is not None and values.specials:
+                t = _with_specials(t, [s.value for s in values.specials], gen)
         else:
             base = torch.randn(shape, generator=gen, dtype=torch.float32)
             if inp.batched:
-                base = _apply_regime(base, case.regime, dtype_name, gen)
+                base = apply_regime(base, case.regime, dtype_name, gen)
             t = base.to(dtype)
             if inp.batched and case.regime == "special":
-                t = _inject_special(t, gen)
-        tensors.append(t.to(device))
+                t = inject_special(t, gen)
+        tensors.append(place(spec, case, inp.name, t.to(device)))
     return tensors
 
 
-def _apply_regime(base, regime: str, dtype_name: str, gen):
-    if regime == "zero":
-        return base * 0.0  # keeps the sign: negative draws become -0.0
-    if regime == "large":
-        return base * LARGE_SCALE[dtype_name]
-    return base
+# Share of the rows (at least one) whose integer inputs hold a special value in a `special` case.
+SPECIAL_ROWS = 4
 
 
-def _inject_special(t, gen):
-    """Replace a few entries by NaN, +-inf, -0.0, subnormals and the largest finite."""
+def _with_specials(t, specials: list[int], gen):
+    """``t`` with one in :data:`SPECIAL_ROWS` of its elements (at least one, seeded) set to
+    the special values in turn (an ignore index where a trainer pads)."""
     import torch
 
-    info = torch.finfo(t.dtype)
-    specials = torch.tensor(
-        [float("nan"), float("inf"), float("-inf"), -0.0, info.smallest_normal / 4,
-         -info.smallest_normal / 2, info.max, -info.max],
-        dtype=t.dtype,
-    )
     flat = t.reshape(-1).clone()
-    count = max(1, int(flat.numel() * SPECIAL_FRACTION))
-    # Distinct positions: index_put with duplicate indices has no defined winner.
+    count = max(1, flat.numel() // SPECIAL_ROWS)
     where = torch.randperm(flat.numel(), generator=gen)[:count]
-    which = torch.randint(0, len(specials), (count,), generator=gen)
-    flat[where] = specials[which]
+    flat[where] = torch.tensor(specials, dtype=t.dtype).repeat(-(-count // len(specials)))[:count]
     return flat.view(t.shape)
+
+
+def place(spec: KernelSpec, case: Case, name: str, t):
+    """Input ``name``'s values in the case's layout: its class when the input's domain
+    declares it (an upstream gradient takes every class: autograd hands gradients over
+    as they come), or the huge form the case names for this input."""
+    if not case.layout:
+        return t
+    kind, _, target = case.layout.partition(":")
+    if kind in HUGE:
+        return lay_out(t, kind) if target == name else t
+    declared = spec.domain.layouts_of(name) if spec.domain else ("contiguous",)
+    is_input = any(i.name == name for i in spec.inputs)
+    return lay_out(t, kind) if kind in declared or not is_input else t
+
+
+def case_kwargs(spec: KernelSpec, case: Case) -> dict:
+    """The keyword arguments of a judged call of ``case``: the spec's, with the case's values."""
+    return {**spec.kwargs, **case.kwargs}
 
 
 def hidden_cases(spec: KernelSpec) -> list[Case]:
@@ -299,12 +344,6 @@ def extra_case(spec: KernelSpec, m: int, dims: Mapping[str, int], dtype: str, re
     output there), a sample of rows alone and two small sub-batches."""
     return Case(m, dict(dims), dtype, regime, seed, invariance=True, subbatches=1, hidden=hidden,
                 rows_sample=ABOVE_GRID_ROWS if m > ABOVE_GRID_ROWS else 0, origin=origin)
-
-
-def evaluation_cases(spec: KernelSpec, device: str) -> list[Case]:
-    """The fixed cases of every evaluation (the cached reference holds their outputs)."""
-    return unique(parity_cases(spec) + hidden_cases(spec) + [workload_invariance_case(spec, device)]
-                  + above_grid_cases(spec, device))
 
 
 def unique(cases: list[Case]) -> list[Case]:

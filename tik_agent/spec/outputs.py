@@ -18,9 +18,14 @@ class OutputSpec:
     shape: tuple[str | int, ...]
     dtype: str
     name: str = "output"
+    of_input: str | None = None  # a gradient: the input whose dtype it takes
 
     def resolve_dtype(self, case_dtype: str) -> str:
         return case_dtype if self.dtype == CASE_DTYPE else self.dtype
+
+    def dtype_in(self, case) -> str:
+        """Its dtype in ``case`` (a gradient of an input in another dtype takes that one)."""
+        return case.dtype_of(self.of_input, self.dtype) if self.of_input else self.resolve_dtype(case.dtype)
 
 
 def parse_outputs(path: Path, top: _Reader, dims: Mapping[str, Any], derived: tuple[str, ...]) -> tuple[OutputSpec, ...]:

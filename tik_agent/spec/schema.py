@@ -42,7 +42,7 @@ error names the file, the field and the offending value.  The schema::
     batch_sizes = [1, 2, 3, 5, 8, 17]
     dtypes = ["float32", "bfloat16", "float16"]
     seeds = [0, 1]
-    regimes = ["normal", "zero", "large", "special"]
+    regimes = ["normal", "zero", "large", "special"]   # or "spread" (tik_agent/spec/regimes.py)
     subbatches = 2                    # random sub-batches per invariance check
 
     [tolerance.float32]               # float64 sanity reference; one per dtype
@@ -59,6 +59,10 @@ error names the file, the field and the offending value.  The schema::
                                       # small cells; required: at least one cell for
                                       # cpu and one for cuda, or load_spec refuses
                                       # the spec in one line naming the device
+
+    [domain]                          # optional: what the kernel accepts (dims,
+    ...                               # dtypes, layouts, keywords, integer values);
+                                      # see tik_agent/spec/domain.py
 
     [tunables]                        # module-level constants of kernel.py that
     GROUP_M = [1, 4, 8]               # leave each row's reduction order alone
@@ -77,7 +81,7 @@ from __future__ import annotations
 import ast
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -86,7 +90,9 @@ from tik_agent.errors import SpecError
 from tik_agent.spec.layouts import (
     SequenceSpec, check_role, check_sequence_spec, derived_dims, parse_layout, parse_sequences,
 )
+from tik_agent.spec.domain import Domain, parse_domain
 from tik_agent.spec.outputs import OutputSpec, parse_outputs
+from tik_agent.spec.regimes import REGIMES
 from tik_agent.spec.workload import WorkloadCell, parse_workload
 from tik_agent.spec.backward import (
     BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward,
@@ -96,7 +102,6 @@ from tik_agent.spec.fields import (
     _shape, read_text,
 )
 
-REGIMES = ("normal", "zero", "large", "special")
 SPEC_FILE = "spec.toml"
 
 Scalar = int | float | bool | str
@@ -163,6 +168,7 @@ class KernelSpec:
     layout: str = "rows"
     sequences: SequenceSpec | None = None
     backward: BackwardSpec | None = None
+    domain: Domain | None = None  # load_spec always sets it: declared, or the default
 
     @property
     def checked_inputs(self) -> tuple[InputSpec, ...]:
@@ -215,7 +221,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     top = _Reader(path, data, "")
     top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "outputs", "parity", "tolerance", "workload",
-                 "tunables", "sequences", "backward"})
+                 "tunables", "sequences", "backward", "domain"})
 
     kernel = _Reader(path, top.table_of("kernel"), "kernel")
     kernel.unknown({"name", "description", "entry", "source", "reference", "layout"})
@@ -272,7 +278,9 @@ def load_spec(directory: Path | str) -> KernelSpec:
         backward=backward,
     )
     _check_source_matches(spec)
-    return spec
+    # Last: the domain is checked against everything above, which must stand first.
+    return replace(spec, domain=parse_domain(path, top.table_of("domain", None), {
+        "inputs": inputs, "dims": dims, "parity": parity, "kwargs": kwargs, "workload": workload, "layout": layout}))
 
 
 def _parse_dims(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -116,15 +116,15 @@ def positions(spec: KernelSpec, case, seq: int, inp, begin: int, end: int):
     """
     import torch
 
-    from tik_agent.spec.cases import _apply_regime, _inject_special
+    from tik_agent.spec.regimes import apply_regime, inject_special
 
     tail = resolve_shape(inp.shape[2 if inp.role == "cache" else 1:], 1, case.dims)
     parts = []
     for block in range(begin // DATA_BLOCK, -(-end // DATA_BLOCK)):
         gen = torch.Generator().manual_seed(_seed_of("data", case.id, case.seed, seq, inp.name, block))
         base = torch.randn((DATA_BLOCK, *tail), generator=gen, dtype=torch.float32)
-        t = _apply_regime(base, case.regime, case.dtype, gen).to(getattr(torch, case.dtype))
-        parts.append(_inject_special(t, gen) if case.regime == "special" else t)
+        t = apply_regime(base, case.regime, case.dtype, gen).to(getattr(torch, case.dtype))
+        parts.append(inject_special(t, gen) if case.regime == "special" else t)
     first = begin // DATA_BLOCK * DATA_BLOCK
     return torch.cat(parts)[begin - first: end - first]
 
@@ -175,6 +175,8 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     entry, the upstream gradients follow the inputs, generated per token like them)."""
     import torch
 
+    from tik_agent.spec.cases import place
+
     page = case.dims[spec.sequences.page]
     dtype = getattr(torch, case.dtype)
     where = placement(spec, case, launch)
@@ -202,7 +204,7 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
             t = torch.cat([positions(spec, case, c.seq, inp, c.begin, c.end) for c in launch.chunks])
         else:
             t = index[inp.role].to(getattr(torch, inp.dtype))
-        out.append(t.to(device))
+        out.append(place(spec, case, inp.name, t.to(device)))
     return out
 
 
@@ -287,3 +289,62 @@ def hidden_dims(spec: KernelSpec, dims: Mapping[str, int]) -> dict[str, int]:
 def make_inputs(spec: KernelSpec, case, device: str = "cpu") -> list:
     """The inputs of a case's full launch (what parity with the seed is judged on)."""
     return build_launch(spec, case, full_launch(spec, case.m, case.dims), device)
+
+
+def edge_dims(spec: KernelSpec, spans: Mapping, device: str) -> list[dict[str, int]]:
+    """The domain's edges in this layout: heads at the grid's smallest combination but for the
+    head counts' extremes; context, chunk and page each at their smallest, then at the
+    largest ``device`` judges."""
+    from tik_agent.spec.cases import smallest_dims
+
+    seq = spec.sequences
+    low = {name: int(s.values[0] if s.values else s.low) for name, s in spans.items()}
+    heads = smallest_dims(spec)
+    base = {**heads, seq.context: low[seq.context], seq.chunk: low[seq.chunk], seq.page: low[seq.page]}
+    top = {name: int(s.values[-1] if s.values else s.judged_high(device)) for name, s in spans.items()}
+    out = [base, {**base, seq.context: top[seq.context], seq.chunk: 1}]   # a long decode
+    short = min(top[seq.context], max(low[seq.context], top[seq.page] + 1))
+    out.append({**base, seq.context: short, seq.chunk: top[seq.chunk]})   # a whole prefill
+    out.append({**base, seq.context: short, seq.page: top[seq.page]})     # the largest page
+    fitted = [_fit_ratios(spec, d) for d in out]
+    for name, s in spans.items():  # head counts and head dims, each at its ends
+        if name in (seq.context, seq.chunk, seq.page):
+            continue
+        for value in (s.values or (s.low, s.high)):
+            fitted.append(_fit_ratios(spec, {**base, name: int(value)}, pinned=name))
+    return [d for d in fitted if d is not None]
+
+
+def _fit_ratios(spec: KernelSpec, dims: dict[str, int], pinned: str | None = None) -> dict[str, int] | None:
+    """``dims`` with each ratio of the domain kept, or None when none can be: the other
+    dimension of a ratio than ``pinned`` moves, to the smallest size that fits."""
+    out = dict(dims)
+    for name, (over, allowed) in spec.domain.ratios.items():
+        if spec.domain.fits({name: out[name], over: out[over]}):
+            continue
+        if pinned == over:
+            options = [(name, out[over] * r) for r in allowed]
+        else:
+            options = [(over, out[name] // r) for r in reversed(allowed) if out[name] % r == 0]
+        options = [(n, v) for n, v in options if v in spec.domain.dims[n]]
+        if not options:
+            return None
+        out[options[0][0]] = options[0][1]
+    return out if spec.domain.fits(out) else None
+
+
+def drawn_dims(spec: KernelSpec, rng, near) -> dict[str, int]:
+    """A drawn case's dims: heads from the grid, context, chunk and page near powers of two."""
+    from tik_agent.spec.cases import dims_combinations
+
+    seq = spec.sequences
+    spans = spec.domain.dims
+    dims = dict(rng.choice(dims_combinations(spec)))
+    dims[seq.context] = near(spans[seq.context], rng, DRAWN_CONTEXT_CAP)
+    dims[seq.chunk] = near(spans[seq.chunk], rng, dims[seq.context])
+    dims[seq.page] = near(spans[seq.page], rng, DRAWN_PAGE_CAP)
+    return dims
+
+
+DRAWN_CONTEXT_CAP = 64
+DRAWN_PAGE_CAP = 32
