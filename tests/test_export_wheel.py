@@ -158,7 +158,9 @@ def test_a_tampered_kernel_fails_verify(wheel, tmp_path):
     report = json.loads(proc.stdout)
     summary = subprocess.run([str(python), "-m", PACKAGE, "--stop-at-first"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
-    assert summary.returncode == 1 and summary.stdout.startswith("FAILED"), summary.stderr[-4000:]
+    # The certified domain first, then the verdict.
+    assert summary.returncode == 1 and summary.stdout.startswith("Certified domain"), summary.stderr[-4000:]
+    assert "\nFAILED on " in summary.stdout, summary.stdout
     assert "kernel.py: sha256" in summary.stdout
     assert not report["passed"]
     assert report["failures"][0].startswith("kernel.py: sha256")
