@@ -137,6 +137,41 @@ def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference
     assert verdict.passed, verdict.reason  # it raises at import if request.json is still there
 
 
+def _not_full_here() -> bool:
+    import os
+    import shutil
+
+    from tik_agent.sandbox import isolation
+
+    return (isolation.best().report().level != "full" and shutil.which("bwrap") is None
+            and os.environ.get("CI") != "true")
+
+
+@pytest.mark.skipif(_not_full_here(), reason="no full isolation here: the sandbox's filesystem boundary is absent")
+def test_the_audit_cache_is_out_of_a_candidates_reach(spec, options, reference, tmp_path):
+    """A forged entry in the seed-audit cache would certify the next run's seed unseen: the
+    candidate, told the real cache directories, writes into none of them."""
+    from tik_agent.judge.auditcache import cache_root
+
+    dirs = [str(cache_root()), str(Path.home() / ".cache" / "tik-agent")]
+    for d in dirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    before = {d: sorted(p.name for p in Path(d).iterdir()) for d in dirs}
+    source = (CORPUS / "forge_audit_cache.py").read_text()
+    candidate = tmp_path / "forge_audit_cache.py"
+    candidate.write_text(source.replace("CACHE_DIRS = []", f"CACHE_DIRS = {dirs!r}"))
+    verdict = evaluate_sandboxed(spec, candidate, EvalOptions(device=options.device, timing=False), reference)
+    assert verdict.passed, verdict.reason  # it raises at import if any write went through
+    assert {d: sorted(p.name for p in Path(d).iterdir()) for d in dirs} == before
+    # Negative control: the same import, unsandboxed and aimed at a directory of the test's, writes.
+    prelude = source[:source.index("@triton.jit")]
+    guesses = next(line for line in prelude.splitlines() if line.startswith("_GUESSES = "))
+    aimed = prelude.replace(guesses, f"_GUESSES = [{str(tmp_path / 'cache')!r}]")
+    with pytest.raises(RuntimeError, match="wrote a forged audit"):
+        exec(compile(aimed, "forge_audit_cache.py", "exec"), {})
+    assert (tmp_path / "cache" / "forged" / "record.json").is_file()
+
+
 def test_a_finalizer_left_in_a_cycle_does_not_run_in_the_seeds_timed_calls(spec, options, reference):
     """gc_finalizer.py leaves about a second of CPU work in a cyclic generator after each
     call of the tiny cell; without the collector paused inside timed regions it runs in

@@ -155,6 +155,10 @@ def test_prompts_and_prices_are_kept_with_the_run(tmp_path, capsys):
                 "--run-dir", str(run_dir), "--prompts", str(prompts), "--prices", str(prices)]) == 0
     config = RunConfig.load(run_dir)
     assert (config.prompts_dir, config.prices_path) == (str(prompts.resolve()), str(prices.resolve()))
+    # Kept, but the offline agent uses neither: the run says so rather than accept them silently.
+    err = capsys.readouterr().err
+    assert "--prices: the offline agent has no prompts and no token costs" in err, err
+    assert "--prompts: the offline agent" in err and "--max-cost" not in err, err
 
 
 def test_runs_without_runs(tmp_path, capsys):

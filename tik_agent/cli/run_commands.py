@@ -34,7 +34,8 @@ def optimize(
     base_url: str = typer.Option(None, metavar="URL", help="The API base URL of an LLM agent (e.g. a local server)."),
     iterations: int = typer.Option(None, metavar="N", help="Attempts for the whole run, across resumes.  [default: 20]"),
     time_budget: str = typer.Option(None, metavar="DURATION",
-                                    help="Stop after this much running time (all sessions), e.g. 8h, 90m."),
+                                    help="Start no attempt after this much running time (all sessions), e.g. 8h, 90m; "
+                                    "attempts already running finish first."),
     max_tokens: int = typer.Option(None, metavar="T", help="Stop once the agent has used this many tokens."),
     max_cost: float = typer.Option(None, metavar="USD", help="Stop once the agent has cost this many USD."),
     patience: int = typer.Option(None, metavar="K", help="Stop after this many attempts without a new best."),
@@ -124,6 +125,10 @@ def optimize(
     logging.getLogger("tik_agent").info("%s", explanation)
     if note is not None:
         logging.getLogger("tik_agent").warning("%s", note)
+    for flag, value in (("--prices", prices), ("--max-cost", max_cost), ("--prompts", prompts)):
+        if value is not None and the_agent.name == "offline":
+            logging.getLogger("tik_agent").warning("%s: the offline agent has no prompts and no token costs; "
+                                                   "it is kept with the run but has no effect", flag)
     try:
         with kill_sandboxes_on_interrupt():  # the seed's outputs and audit run in sandboxes
             session = (rundir.reopen(path, config, fresh_audit) if resume is not None
