@@ -5,6 +5,7 @@ stdout going to a file) serves every view."""
 from __future__ import annotations
 
 import errno
+import re
 import os
 import shutil
 from pathlib import Path
@@ -58,6 +59,18 @@ def test_help_shows_defaults_metavars_and_no_type_tags(out):
     flags, _ = out("eval", "-h")
     assert "--json " in flags and "<bool>" not in flags
     assert "[default: per phase, 5x the seed's own time for it, at least 60 s]" in " ".join(flags.split())
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_help_wraps_between_words_never_after_a_hyphen(out, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    texts = {c: out(c, "-h")[0] for c in ("optimize", "export", "eval", "onpolicy", "check-seed", "show")}
+    for command, text in texts.items():
+        cut = [ln for ln in text.splitlines() if re.search(r"[A-Za-z]-$", ln)]
+        assert not cut, (command, cut)
+    # Control: these words straddled a line end at 80 columns when click broke after hyphens.
+    if columns == 80:
+        assert "'tik-agent[ray]'" in texts["optimize"] and "scripts/gpu-check.sh" in texts["optimize"]
 
 
 @pytest.mark.parametrize("argv, flag", [

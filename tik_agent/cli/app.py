@@ -6,6 +6,8 @@ their functions, so imports flow one way (app -> commands -> output).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import sys
 
@@ -26,6 +28,10 @@ class Command(TyperCommand):
     """Usage lines as click writes them: ``show [OPTIONS] RUN ID``, ``[SEED]`` when optional
     (typer's own are ``{run} {ID}``)."""
 
+    def format_help(self, ctx, formatter) -> None:
+        with _hyphenated_words_whole():
+            super().format_help(ctx, formatter)
+
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
@@ -35,6 +41,29 @@ class Command(TyperCommand):
             else:
                 pieces.extend(param.get_usage_pieces(ctx))
         return pieces
+
+
+# The click that formats typer's help (typer 0.2x carries a copy of its own, typer._click).
+_TEXTWRAP = importlib.import_module(
+    next(c.__module__ for c in TyperCommand.__mro__ if c.__name__ == "Command").rsplit(".", 1)[0] + "._textwrap")
+
+
+class _WholeHyphenatedWords(_TEXTWRAP.TextWrapper):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, break_on_hyphens=False, **kwargs)
+
+
+@contextlib.contextmanager
+def _hyphenated_words_whole():
+    """Help text wrapped between words only: click's wrapper also breaks after a hyphen, which
+    cut ``'tik-agent[ray]'`` and ``--eval-timeout`` in two at some widths.  click has no
+    switch for it; its wrapper class is swapped while one command's help is formatted."""
+    original = _TEXTWRAP.TextWrapper
+    _TEXTWRAP.TextWrapper = _WholeHyphenatedWords
+    try:
+        yield
+    finally:
+        _TEXTWRAP.TextWrapper = original
 
 
 # Plain (click) help: no markup to eat "[default: ...]" or a bracket in a help text,
