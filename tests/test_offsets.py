@@ -79,6 +79,23 @@ def test_a_size_passed_by_keyword_or_from_a_shape_counts():
     assert narrow_offsets(unused) == []   # a literal is no size a call's data sets
 
 
+@pytest.mark.parametrize("launch", [
+    "_k[(M,)](x, y, M, int(x.shape[1]), 7, BLOCK=1024)",                    # a size through a call
+    "strides = x.stride()\n    _k[(M,)](x, y, M, 5, strides[0], BLOCK=1024)",  # through a subscript
+    "n = x.numel() // M\n    _k[(M,)](x, y, M, n, 7, BLOCK=1024)",            # through arithmetic
+    "w = int(k)\n    k = x.shape[1]\n    _k[(M,)](x, y, M, w, 7, BLOCK=1024)",  # bound before its source
+    "_k[(M,)](x, y, M, len(x[0]), 7, BLOCK=1024)",                          # len() of a row
+])
+def test_a_size_laundered_on_the_host_still_counts(launch):
+    """Each launch once passed its size as something the rule did not recognise as one."""
+    source = KERNEL.format(body="    tl.store(y_ptr + pid * N + cols, tl.load(x_ptr + pid * stride_x + cols))")
+    source = source.replace("_k[(M,)](x, y, M, N, x.stride(0), BLOCK=1024)", launch)
+    assert [f.message.split("'")[1] for f in narrow_offsets(source)], launch
+    # Control: the same launch with literals in the two size slots is not refused.
+    literal = source.replace("pid * N", "pid * 5").replace("pid * stride_x", "pid * 7")
+    assert narrow_offsets(literal) == []
+
+
 def test_evaluate_refuses_a_kernel_that_copies_then_multiplies_in_32_bits(tmp_path):
     """int32_offsets_copied.py is bit-exact on every case (its inputs are contiguous copies,
     so no huge view reaches it): its source is what gives it away, before anything runs."""

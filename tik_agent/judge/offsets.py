@@ -11,8 +11,8 @@ elements or more, this rule reads the candidate's kernels:
 
 * an *index* is a value computed from ``tl.program_id`` or from the target of a
   ``for`` loop in a kernel body (and anything computed from one) in 32 bits;
-* a *size* is a kernel parameter that a launch fills with a stride, a shape entry,
-  a ``numel()``, or a name the launcher took from one of those;
+* a *size* is a kernel parameter that a launch fills with anything computed from a
+  stride, a shape, ``numel()`` or ``len()``, or from a name the launcher bound to one;
 * an index times a size is a 32-bit product that can wrap: it is refused unless
   one side went through ``.to(tl.int64)`` or ``tl.cast(..., tl.int64)`` first
   (which widens everything computed from it).
@@ -21,7 +21,8 @@ Rationale: the bug is invisible to every case that fits in memory, and the fix i
 one cast that costs nothing the timing can see.  It is a rule on the source, so it
 reads names flow-insensitively: an index assigned wide in one place and narrow in
 another counts as narrow.  Not covered: offsets built without a multiplication
-(repeated addition), sizes a launch passes through a helper function, and layouts
+(repeated addition), an index counted by hand in a ``while`` loop, sizes a launch
+passes through a helper function, and layouts
 other than rows (the attention kernels multiply head and block indices by small
 strides by design).
 """
@@ -37,7 +38,7 @@ from tik_agent.spec.schema import KernelSpec
 
 LIMIT = 1 << 31
 _WIDE, _INDEX = "wide", "index"
-_SIZE_METHODS = ("stride", "size", "numel")
+_SIZE_METHODS = ("stride", "size", "numel", "nelement")
 
 
 @dataclass(frozen=True)
@@ -139,26 +140,28 @@ def _assignment(node: ast.AST) -> tuple[list[str], ast.AST | None]:
 
 
 def _size_expr(node: ast.AST, size_names: set[str]) -> bool:
-    """A stride, shape entry, size or numel (or a name the launcher bound to one, or arithmetic of them)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SIZE_METHODS:
-        return True
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
-        return True
-    if isinstance(node, ast.Name):
-        return node.id in size_names
-    if isinstance(node, ast.BinOp):
-        return _size_expr(node.left, size_names) or _size_expr(node.right, size_names)
+    """Anything computed from a stride, a shape, a size, numel or ``len``, or a name the launcher
+    bound to one: ``x.stride(0)``, ``int(x.shape[1])``, ``len(weight)``, ``strides[0]`` after
+    ``strides = x.stride()``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_METHODS
+                                        or isinstance(n.func, ast.Name) and n.func.id == "len"):
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "shape" or isinstance(n, ast.Name) and n.id in size_names:
+            return True
     return False
 
 
 def _launcher_sizes(fn: ast.FunctionDef) -> set[str]:
-    """Names a host function binds to sizes: ``M, N = x.shape``, ``n = x.stride(0)``."""
+    """Names a host function binds to sizes: ``M, N = x.shape``, ``n = x.stride(0)``, ``s = int(n)``."""
     names: set[str] = set()
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign):
-            shape = isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
-            if shape or _size_expr(node.value, names):
+    for _ in range(8):  # to a fixpoint, as in _Kernel: a later line may feed an earlier name
+        before = len(names)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and _size_expr(node.value, names):
                 names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if len(names) == before:
+            break
     return names
 
 
