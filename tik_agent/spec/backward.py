@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, _err, _identifier, _Reader
+from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, FieldReader, check_identifier, field_error
 from tik_agent.spec.outputs import OutputSpec
 
 BACKWARD_FIELDS = {"entry", "grads", "wrt", "tolerance"}
@@ -54,39 +54,39 @@ class BackwardSpec:
 def parse_backward(path: Path, table: Mapping[str, Any] | None, inputs, outputs, layout: str) -> BackwardSpec | None:
     if table is None:
         return None
-    r = _Reader(path, table, "backward")
+    r = FieldReader(path, table, "backward")
     r.unknown(BACKWARD_FIELDS)
-    entry = _identifier(path, "backward.entry", r.get("entry", str))
+    entry = check_identifier(path, "backward.entry", r.get("entry", str))
     names = {i.name for i in inputs}
     grads = r.get("grads", list)
     if len(grads) != len(outputs):
-        raise _err(path, "backward.grads", f"expected one name per forward output ({len(outputs)})", grads)
+        raise field_error(path, "backward.grads", f"expected one name per forward output ({len(outputs)})", grads)
     for n, g in enumerate(grads):
-        _identifier(path, f"backward.grads[{n}]", g)
+        check_identifier(path, f"backward.grads[{n}]", g)
         if g in names or grads.index(g) != n:
-            raise _err(path, f"backward.grads[{n}]", "clashes with an input or another gradient name", g)
+            raise field_error(path, f"backward.grads[{n}]", "clashes with an input or another gradient name", g)
     for n, o in enumerate(outputs):
         if o.dtype not in ("float",) + FLOAT_DTYPES:
-            raise _err(path, f"backward.grads[{n}]", f"output {o.name} is not a float output", o.dtype)
+            raise field_error(path, f"backward.grads[{n}]", f"output {o.name} is not a float output", o.dtype)
     wrt = r.get("wrt", list)
     if not wrt:
-        raise _err(path, "backward.wrt", "expected at least one input to differentiate")
+        raise field_error(path, "backward.wrt", "expected at least one input to differentiate")
     by_name = {i.name: i for i in inputs}
     for n, w in enumerate(wrt):
         if w not in by_name:
-            raise _err(path, f"backward.wrt[{n}]", f"no such input; inputs are {sorted(names)}", w)
+            raise field_error(path, f"backward.wrt[{n}]", f"no such input; inputs are {sorted(names)}", w)
         if not by_name[w].is_float or wrt.index(w) != n:
-            raise _err(path, f"backward.wrt[{n}]", "expected a float input, named once", w)
+            raise field_error(path, f"backward.wrt[{n}]", "expected a float input, named once", w)
     tolerances = {}
     for key, raw in r.table_of("tolerance", {}).items():
         where = f"backward.tolerance.{key}"
         if key not in FLOAT_DTYPES or not isinstance(raw, dict):
-            raise _err(path, where, f"expected a table named after one of {list(FLOAT_DTYPES)}", key)
-        t = _Reader(path, raw, where)
+            raise field_error(path, where, f"expected a table named after one of {list(FLOAT_DTYPES)}", key)
+        t = FieldReader(path, raw, where)
         t.unknown({"rtol", "atol"})
         pair = (t.get("rtol", (int, float)), t.get("atol", (int, float)))
         if not all(math.isfinite(v) and v >= 0 for v in pair):
-            raise _err(path, where, "rtol and atol must be finite numbers >= 0", list(pair))
+            raise field_error(path, where, "rtol and atol must be finite numbers >= 0", list(pair))
         tolerances[key] = (float(pair[0]), float(pair[1]))
     return BackwardSpec(entry, tuple(grads), tuple(wrt), tolerances)
 
@@ -115,12 +115,12 @@ def check_backward_source(spec, funcs: Mapping[str, Any]) -> None:
     """The backward entry exists in the kernel file and takes inputs, then grads, first."""
     b = spec.backward
     if b.entry not in funcs:
-        raise _err(spec.spec_path, "backward.entry", f"no top-level function of that name in {spec.source.name}", b.entry)
+        raise field_error(spec.spec_path, "backward.entry", f"no top-level function of that name in {spec.source.name}", b.entry)
     args = funcs[b.entry].args
     params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
     expected = [i.name for i in spec.inputs] + list(b.grads)
     if params[: len(expected)] != expected:
-        raise _err(spec.spec_path, "backward", f"{b.entry}{tuple(params)} must take {tuple(expected)} first")
+        raise field_error(spec.spec_path, "backward", f"{b.entry}{tuple(params)} must take {tuple(expected)} first")
     for key in spec.kwargs:
         if key not in params:
-            raise _err(spec.spec_path, f"kwargs.{key}", f"{b.entry} has no such parameter; it takes {params}")
+            raise field_error(spec.spec_path, f"kwargs.{key}", f"{b.entry} has no such parameter; it takes {params}")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from tik_agent.spec.fields import BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _err, _Reader
+from tik_agent.spec.fields import BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, FieldReader, field_error
 from tik_agent.spec.views import LAYOUTS, TWO_DIMENSIONAL
 
 DOMAIN_FIELDS = {"dtypes", "mixed", "excludes", "dims", "ratios", "layouts", "kwargs", "values"}
@@ -138,30 +138,30 @@ class Domain:
 def _number(path: Path, where: str, value: Any, integer: bool) -> float:
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
-        raise _err(path, where, "expected an integer" if integer else "expected a finite number", value)
+        raise field_error(path, where, "expected an integer" if integer else "expected a finite number", value)
     return value
 
 
 def _span(path: Path, where: str, raw: Any, integer: bool, cpu: bool = False) -> Span:
     if not isinstance(raw, dict):
-        raise _err(path, where, "expected a table { min = ..., max = ... } or { values = [...] }", raw)
-    r = _Reader(path, raw, where)
+        raise field_error(path, where, "expected a table { min = ..., max = ... } or { values = [...] }", raw)
+    r = FieldReader(path, raw, where)
     r.unknown({"min", "max", "values", "cpu"} if cpu else {"min", "max", "values"})
     cap = r.get("cpu", int, None)
     if cap is not None and ("values" in raw or cap < r.get("min", (int, float), 1)):
-        raise _err(path, f"{where}.cpu", "a range's cpu bound lies between its min and max", cap)
+        raise field_error(path, f"{where}.cpu", "a range's cpu bound lies between its min and max", cap)
     if "values" in raw:
         if "min" in raw or "max" in raw:
-            raise _err(path, where, "give either min and max, or values", raw)
+            raise field_error(path, where, "give either min and max, or values", raw)
         values = r.get("values", list)
         if not values:
-            raise _err(path, f"{where}.values", "expected a non-empty list", values)
+            raise field_error(path, f"{where}.values", "expected a non-empty list", values)
         values = tuple(_number(path, f"{where}.values[{i}]", v, integer) for i, v in enumerate(values))
         return Span(min(values), max(values), tuple(sorted(set(values))))
     low = _number(path, f"{where}.min", r.get("min", (int, float)), integer)
     high = _number(path, f"{where}.max", r.get("max", (int, float)), integer)
     if low > high:
-        raise _err(path, where, "min is above max", raw)
+        raise field_error(path, where, "min is above max", raw)
     return Span(low, high, (), cap if cap is not None and cap < high else None)
 
 
@@ -171,33 +171,33 @@ def parse_domain(path: Path, table: Mapping[str, Any] | None, spec_parts: Mappin
     if table is None:
         return default_domain(spec_parts)
     inputs, parity = spec_parts["inputs"], spec_parts["parity"]
-    r = _Reader(path, table, "domain")
+    r = FieldReader(path, table, "domain")
     r.unknown(DOMAIN_FIELDS)
     dims = _parse_dims(path, r.table_of("dims"), spec_parts)
     dtypes = tuple(r.get("dtypes", list, list(parity.dtypes)))
     for i, d in enumerate(dtypes):
         if d not in parity.dtypes:
-            raise _err(path, f"domain.dtypes[{i}]", f"not a parity dtype; the grid judges {list(parity.dtypes)}", d)
+            raise field_error(path, f"domain.dtypes[{i}]", f"not a parity dtype; the grid judges {list(parity.dtypes)}", d)
     if not dtypes:
-        raise _err(path, "domain.dtypes", "expected at least one dtype")
+        raise field_error(path, "domain.dtypes", "expected at least one dtype")
     floats = tuple(i.name for i in inputs if i.dtype == CASE_DTYPE)
     mixed = []
     for i, raw in enumerate(r.get("mixed", list, [])):
         where = f"domain.mixed[{i}]"
         if not isinstance(raw, dict) or not raw:
-            raise _err(path, where, "expected a table of input = dtype", raw)
+            raise field_error(path, where, "expected a table of input = dtype", raw)
         for name, dtype in raw.items():
             if name not in floats:
-                raise _err(path, f"{where}.{name}", f"not an input of the case dtype; those are {list(floats)}")
+                raise field_error(path, f"{where}.{name}", f"not an input of the case dtype; those are {list(floats)}")
             if dtype not in FLOAT_DTYPES:
-                raise _err(path, f"{where}.{name}", f"expected one of {list(FLOAT_DTYPES)}", dtype)
+                raise field_error(path, f"{where}.{name}", f"expected one of {list(FLOAT_DTYPES)}", dtype)
         mixed.append(dict(raw))
     if mixed and spec_parts["layout"] != "rows":
-        raise _err(path, "domain.mixed", "the sequences layout's cases take one dtype throughout")
+        raise field_error(path, "domain.mixed", "the sequences layout's cases take one dtype throughout")
     excludes = r.get("excludes", list, [])
     for i, text in enumerate(excludes):
         if not isinstance(text, str) or not text.strip():
-            raise _err(path, f"domain.excludes[{i}]", "expected a sentence", text)
+            raise field_error(path, f"domain.excludes[{i}]", "expected a sentence", text)
     return Domain(dims, dtypes, tuple(mixed), _parse_layouts(path, r.table_of("layouts", {}), inputs),
                   _parse_kwargs(path, r.table_of("kwargs", {}), spec_parts["kwargs"]),
                   _parse_values(path, r.table_of("values", {}), inputs, dims), tuple(excludes),
@@ -209,17 +209,17 @@ def _parse_dims(path: Path, table: Mapping[str, Any], parts: Mapping[str, Any]) 
     out = {}
     for name in names:
         if name not in table:
-            raise _err(path, f"domain.dims.{name}", "missing: every dimension (the batch M included) needs a range")
+            raise field_error(path, f"domain.dims.{name}", "missing: every dimension (the batch M included) needs a range")
         span = _span(path, f"domain.dims.{name}", table[name], integer=True, cpu=True)
         if span.low < 1:
-            raise _err(path, f"domain.dims.{name}.min", "expected an integer >= 1", span.low)
+            raise field_error(path, f"domain.dims.{name}.min", "expected an integer >= 1", span.low)
         out[name] = span
     for name in table:
         if name not in names:
-            raise _err(path, f"domain.dims.{name}", f"unknown dimension; the dimensions are {names}")
+            raise field_error(path, f"domain.dims.{name}", f"unknown dimension; the dimensions are {names}")
     for name, value in _judged_sizes(parts):
         if value not in out[name]:
-            raise _err(path, f"domain.dims.{name}", f"the grid or a workload cell uses {name} = {value}, outside it")
+            raise field_error(path, f"domain.dims.{name}", f"the grid or a workload cell uses {name} = {value}, outside it")
     return out
 
 
@@ -239,21 +239,21 @@ def _parse_ratios(path: Path, table: Mapping[str, Any], dims: Mapping[str, Span]
     out = {}
     for name, raw in table.items():
         where = f"domain.ratios.{name}"
-        r = _Reader(path, raw if isinstance(raw, dict) else {}, where)
+        r = FieldReader(path, raw if isinstance(raw, dict) else {}, where)
         r.unknown({"over", "values"})
         over = r.get("over", str)
         if name not in dims or over not in dims or over == name:
-            raise _err(path, where, f"expected two dimensions among {sorted(dims)}", [name, over])
+            raise field_error(path, where, f"expected two dimensions among {sorted(dims)}", [name, over])
         values = r.get("values", list)
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-            raise _err(path, f"{where}.values", "expected a non-empty list of integers >= 1", values)
+            raise field_error(path, f"{where}.values", "expected a non-empty list of integers >= 1", values)
         out[name] = (over, tuple(sorted(set(values))))
     check = Domain(dims, (), (), {}, {}, {}, (), out)
     sizes = [dict(zip(parts["dims"], combo)) for combo in itertools.product(*parts["dims"].values())]
     sizes += [dict(c.dims) for c in parts["workload"]]
     for given in sizes:
         if not check.fits(given):
-            raise _err(path, "domain.ratios", f"the grid or a workload cell uses {given}, outside them")
+            raise field_error(path, "domain.ratios", f"the grid or a workload cell uses {given}, outside them")
     return out
 
 
@@ -263,14 +263,14 @@ def _parse_layouts(path: Path, table: Mapping[str, Any], inputs) -> dict[str, tu
     for name, raw in table.items():
         where = f"domain.layouts.{name}"
         if name not in by_name:
-            raise _err(path, where, f"no such input; inputs are {sorted(by_name)}")
+            raise field_error(path, where, f"no such input; inputs are {sorted(by_name)}")
         if not isinstance(raw, list) or "contiguous" not in raw:
-            raise _err(path, where, f"expected a list from {list(LAYOUTS)} that includes \"contiguous\"", raw)
+            raise field_error(path, where, f"expected a list from {list(LAYOUTS)} that includes \"contiguous\"", raw)
         for i, layout in enumerate(raw):
             if layout not in LAYOUTS:
-                raise _err(path, f"{where}[{i}]", f"unknown layout; expected one of {list(LAYOUTS)}", layout)
+                raise field_error(path, f"{where}[{i}]", f"unknown layout; expected one of {list(LAYOUTS)}", layout)
             if layout in TWO_DIMENSIONAL and len(by_name[name].shape) < 2 and by_name[name].role is None:
-                raise _err(path, f"{where}[{i}]", f"{layout} needs at least two dimensions", layout)
+                raise field_error(path, f"{where}[{i}]", f"{layout} needs at least two dimensions", layout)
         out[name] = tuple(dict.fromkeys(raw))
     return out
 
@@ -287,14 +287,14 @@ def _parse_kwargs(path: Path, table: Mapping[str, Any], kwargs: Mapping[str, Any
             out[name] = _fixed(value)
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _err(path, f"domain.kwargs.{name}", "only a numeric keyword takes a range")
+            raise field_error(path, f"domain.kwargs.{name}", "only a numeric keyword takes a range")
         span = _span(path, f"domain.kwargs.{name}", table[name], integer=isinstance(value, int))
         if value not in span:
-            raise _err(path, f"domain.kwargs.{name}", f"the spec's own value {value!r} is outside it")
+            raise field_error(path, f"domain.kwargs.{name}", f"the spec's own value {value!r} is outside it")
         out[name] = span
     for name in table:
         if name not in kwargs:
-            raise _err(path, f"domain.kwargs.{name}", f"no such keyword; the spec's are {sorted(kwargs)}")
+            raise field_error(path, f"domain.kwargs.{name}", f"no such keyword; the spec's are {sorted(kwargs)}")
     return out
 
 
@@ -307,25 +307,25 @@ def _parse_values(path: Path, table: Mapping[str, Any], inputs, dims: Mapping[st
             continue
         where = f"domain.values.{name}"
         if not isinstance(table[name], dict):
-            raise _err(path, where, "expected a table with min, below and special", table[name])
-        r = _Reader(path, table[name], where)
+            raise field_error(path, where, "expected a table with min, below and special", table[name])
+        r = FieldReader(path, table[name], where)
         r.unknown({"min", "below", "special"})
         low = int(_number(path, f"{where}.min", r.get("min", int, 0), integer=True))
         below = r.get("below", (int, str), inp.high)
         if isinstance(below, str) and below not in dims:
-            raise _err(path, f"{where}.below", "unknown dimension", below)
+            raise field_error(path, f"{where}.below", "unknown dimension", below)
         specials = []
         for i, raw in enumerate(r.get("special", list, [])):
-            s = _Reader(path, raw if isinstance(raw, dict) else {}, f"{where}.special[{i}]")
+            s = FieldReader(path, raw if isinstance(raw, dict) else {}, f"{where}.special[{i}]")
             s.unknown({"value", "result"})
             value = int(_number(path, f"{where}.special[{i}].value", s.get("value", int), integer=True))
             if value >= low:
-                raise _err(path, f"{where}.special[{i}].value", "a special value lies below min", value)
+                raise field_error(path, f"{where}.special[{i}].value", "a special value lies below min", value)
             specials.append(Special(value, s.get("result", str)))
         out[name] = IntValues(low, below, tuple(specials))
     for name in table:
         if name not in ints:
-            raise _err(path, f"domain.values.{name}", f"not an integer input; those are {sorted(ints)}")
+            raise field_error(path, f"domain.values.{name}", f"not an integer input; those are {sorted(ints)}")
     return out
 
 

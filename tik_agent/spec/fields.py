@@ -21,12 +21,12 @@ def read_text(path: Path) -> str:
         raise SpecError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
 
 
-def _err(path: Path, where: str, problem: str, value: Any = ...) -> SpecError:
+def field_error(path: Path, where: str, problem: str, value: Any = ...) -> SpecError:
     got = "" if value is ... else f" (got {value!r})"
     return SpecError(f"{path}: {where}: {problem}{got}")
 
 
-class _Reader:
+class FieldReader:
     """Typed field access on one TOML table, with errors naming the field."""
 
     def __init__(self, path: Path, table: Mapping[str, Any], where: str):
@@ -38,13 +38,13 @@ class _Reader:
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
         if key not in self.table:
             if default is ...:
-                raise _err(self.path, self._name(key), "missing required field")
+                raise field_error(self.path, self._name(key), "missing required field")
             return default
         value = self.table[key]
         if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise _err(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
+            raise field_error(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
         if not isinstance(value, kind):
-            raise _err(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
+            raise field_error(self.path, self._name(key), f"expected {_kind_name(kind)}", value)
         return value
 
     def table_of(self, key: str, default: Any = ...) -> Mapping[str, Any]:
@@ -53,7 +53,7 @@ class _Reader:
     def unknown(self, allowed: set[str]) -> None:
         for key in self.table:
             if key not in allowed:
-                raise _err(self.path, self._name(key), f"unknown field; expected one of {sorted(allowed)}")
+                raise field_error(self.path, self._name(key), f"unknown field; expected one of {sorted(allowed)}")
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -62,52 +62,52 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _identifier(path: Path, where: str, value: Any) -> str:
+def check_identifier(path: Path, where: str, value: Any) -> str:
     if not isinstance(value, str) or not value.isidentifier():
-        raise _err(path, where, "expected a Python identifier", value)
+        raise field_error(path, where, "expected a Python identifier", value)
     return value
 
 
-def _int_list(path: Path, where: str, value: Any, minimum: int) -> tuple[int, ...]:
+def check_int_list(path: Path, where: str, value: Any, minimum: int) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
-        raise _err(path, where, "expected a non-empty list of integers", value)
+        raise field_error(path, where, "expected a non-empty list of integers", value)
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise _err(path, f"{where}[{i}]", f"expected an integer >= {minimum}", v)
+            raise field_error(path, f"{where}[{i}]", f"expected an integer >= {minimum}", v)
     return tuple(value)
 
 
-def _choice_list(path: Path, where: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+def check_choice_list(path: Path, where: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        raise _err(path, where, f"expected a non-empty list from {list(allowed)}", value)
+        raise field_error(path, where, f"expected a non-empty list from {list(allowed)}", value)
     for i, v in enumerate(value):
         if v not in allowed:
-            raise _err(path, f"{where}[{i}]", f"unknown value; expected one of {list(allowed)}", v)
+            raise field_error(path, f"{where}[{i}]", f"unknown value; expected one of {list(allowed)}", v)
     return tuple(value)
 
 
-def _shape(path: Path, where: str, value: Any, dims: Mapping[str, Any],
+def check_shape(path: Path, where: str, value: Any, dims: Mapping[str, Any],
            derived: tuple[str, ...] = ()) -> tuple[str | int, ...]:
     """A list of dimension names or sizes; ``derived`` names the layout's own dims (T, BLOCKS)."""
     if not isinstance(value, list):
-        raise _err(path, where, "expected a list of dimensions", value)
+        raise field_error(path, where, "expected a list of dimensions", value)
     for i, d in enumerate(value):
         if isinstance(d, str):
             if d in derived:
                 continue
             if d != BATCH_DIM and d not in dims:
-                raise _err(path, f"{where}[{i}]", f"unknown dimension; declare it under [dims] or use {BATCH_DIM!r}", d)
+                raise field_error(path, f"{where}[{i}]", f"unknown dimension; declare it under [dims] or use {BATCH_DIM!r}", d)
             if d == BATCH_DIM and i != 0:
-                raise _err(path, f"{where}[{i}]", f"the batch dimension {BATCH_DIM!r} must come first", value)
+                raise field_error(path, f"{where}[{i}]", f"the batch dimension {BATCH_DIM!r} must come first", value)
         elif isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise _err(path, f"{where}[{i}]", "expected a dimension name or a positive integer", d)
+            raise field_error(path, f"{where}[{i}]", "expected a dimension name or a positive integer", d)
     return tuple(value)
 
 
-def _dtype(path: Path, where: str, value: Any) -> str:
+def check_dtype(path: Path, where: str, value: Any) -> str:
     allowed = (CASE_DTYPE,) + FLOAT_DTYPES + ("float64",) + INT_DTYPES
     if value not in allowed:
-        raise _err(path, where, f"unknown dtype; expected one of {list(allowed)}", value)
+        raise field_error(path, where, f"unknown dtype; expected one of {list(allowed)}", value)
     return value
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from tik_agent.spec.fields import CASE_DTYPE, _dtype, _err, _identifier, _Reader, _shape
+from tik_agent.spec.fields import CASE_DTYPE, FieldReader, check_dtype, check_identifier, check_shape, field_error
 
 
 @dataclass(frozen=True)
@@ -28,32 +28,32 @@ class OutputSpec:
         return case.dtype_of(self.of_input, self.dtype) if self.of_input else self.resolve_dtype(case.dtype)
 
 
-def parse_outputs(path: Path, top: _Reader, dims: Mapping[str, Any], derived: tuple[str, ...]) -> tuple[OutputSpec, ...]:
+def parse_outputs(path: Path, top: FieldReader, dims: Mapping[str, Any], derived: tuple[str, ...]) -> tuple[OutputSpec, ...]:
     single, several = top.table.get("output"), top.table.get("outputs")
     if (single is None) == (several is None):
-        raise _err(path, "output", "give exactly one of [output] (one tensor) or [[outputs]] (several, in order)")
+        raise field_error(path, "output", "give exactly one of [output] (one tensor) or [[outputs]] (several, in order)")
     if single is not None:
-        r = _Reader(path, top.table_of("output"), "output")
+        r = FieldReader(path, top.table_of("output"), "output")
         r.unknown({"shape", "dtype"})
         return (_one(path, "output", r, dims, derived, "output"),)
     items = top.get("outputs", list)
     if len(items) < 2:
-        raise _err(path, "outputs", "[[outputs]] is for several outputs; use [output] for one", len(items))
+        raise field_error(path, "outputs", "[[outputs]] is for several outputs; use [output] for one", len(items))
     outputs, names = [], set()
     for i, raw in enumerate(items):
         where = f"outputs[{i}]"
         if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table", raw)
-        r = _Reader(path, raw, where)
+            raise field_error(path, where, "expected a table", raw)
+        r = FieldReader(path, raw, where)
         r.unknown({"name", "shape", "dtype"})
-        name = _identifier(path, f"{where}.name", r.get("name", str))
+        name = check_identifier(path, f"{where}.name", r.get("name", str))
         if name in names:
-            raise _err(path, f"{where}.name", "duplicate output name", name)
+            raise field_error(path, f"{where}.name", "duplicate output name", name)
         names.add(name)
         outputs.append(_one(path, where, r, dims, derived, name))
     return tuple(outputs)
 
 
-def _one(path: Path, where: str, r: _Reader, dims, derived, name: str) -> OutputSpec:
-    shape = _shape(path, f"{where}.shape", r.get("shape", list), dims, derived)
-    return OutputSpec(shape, _dtype(path, f"{where}.dtype", r.get("dtype", str)), name)
+def _one(path: Path, where: str, r: FieldReader, dims, derived, name: str) -> OutputSpec:
+    shape = check_shape(path, f"{where}.shape", r.get("shape", list), dims, derived)
+    return OutputSpec(shape, check_dtype(path, f"{where}.dtype", r.get("dtype", str)), name)

@@ -98,8 +98,8 @@ from tik_agent.spec.backward import (
     BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward,
 )
 from tik_agent.spec.fields import (
-    BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, _choice_list, _dtype, _err, _identifier, _int_list, _Reader,
-    _shape, read_text,
+    BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, FieldReader, check_choice_list, check_dtype, check_identifier,
+    check_int_list, check_shape, field_error, read_text,
 )
 
 SPEC_FILE = "spec.toml"
@@ -219,26 +219,26 @@ def load_spec(directory: Path | str) -> KernelSpec:
         data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    top = _Reader(path, data, "")
+    top = FieldReader(path, data, "")
     top.unknown({"kernel", "dims", "inputs", "kwargs", "output", "outputs", "parity", "tolerance", "workload",
                  "tunables", "sequences", "backward", "domain"})
 
-    kernel = _Reader(path, top.table_of("kernel"), "kernel")
+    kernel = FieldReader(path, top.table_of("kernel"), "kernel")
     kernel.unknown({"name", "description", "entry", "source", "reference", "layout"})
     layout = parse_layout(path, kernel)
     name = kernel.get("name", str)
     if not name.replace("-", "_").isidentifier():
-        raise _err(path, "kernel.name", "expected letters, digits, '-' or '_'", name)
-    entry = _identifier(path, "kernel.entry", kernel.get("entry", str))
+        raise field_error(path, "kernel.name", "expected letters, digits, '-' or '_'", name)
+    entry = check_identifier(path, "kernel.entry", kernel.get("entry", str))
     source = directory / kernel.get("source", str, "kernel.py")
     if not source.is_file():
-        raise _err(path, "kernel.source", "file not found", str(source))
+        raise field_error(path, "kernel.source", "file not found", str(source))
     ref_name = kernel.get("reference", str, None)
     reference = None
     if ref_name is not None:
         reference = directory / ref_name
         if not reference.is_file():
-            raise _err(path, "kernel.reference", "file not found", str(reference))
+            raise field_error(path, "kernel.reference", "file not found", str(reference))
     elif (directory / "reference.py").is_file():
         reference = directory / "reference.py"
 
@@ -247,18 +247,19 @@ def load_spec(directory: Path | str) -> KernelSpec:
     inputs = _parse_inputs(path, top.get("inputs", list), dims, layout)
     kwargs = dict(top.table_of("kwargs", {}))
     for key, value in kwargs.items():
-        _identifier(path, f"kwargs.{key}", key)
+        check_identifier(path, f"kwargs.{key}", key)
         if not isinstance(value, (int, float, bool, str)):
-            raise _err(path, f"kwargs.{key}", "expected a number, boolean or string", value)
+            raise field_error(path, f"kwargs.{key}", "expected a number, boolean or string", value)
 
     outputs = parse_outputs(path, top, dims, derived_dims(layout))
     if layout == "rows":
         for n, output in enumerate(outputs):
             if not output.shape or output.shape[0] != BATCH_DIM:
                 where = "output" if len(outputs) == 1 else f"outputs[{n}]"
-                raise _err(path, f"{where}.shape", f"the output must be batched: its first dimension must be {BATCH_DIM!r}", list(output.shape))
+                raise field_error(path, f"{where}.shape",
+                                  f"the output must be batched: its first dimension must be {BATCH_DIM!r}", list(output.shape))
         if not any(i.batched for i in inputs):
-            raise _err(path, "inputs", f"at least one input must carry the batch dimension {BATCH_DIM!r}")
+            raise field_error(path, "inputs", f"at least one input must carry the batch dimension {BATCH_DIM!r}")
     check_sequence_spec(path, inputs, outputs, sequences)
 
     parity = _parse_parity(path, top.table_of("parity"))
@@ -267,7 +268,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
     workload = parse_workload(path, top.get("workload", list), dims)
     for n, cell in enumerate(workload):
         if cell.backward and backward is None:
-            raise _err(path, f"workload[{n}].backward", "a training cell needs a [backward] entry")
+            raise field_error(path, f"workload[{n}].backward", "a training cell needs a [backward] entry")
     tunables, safe_on = _parse_tunables(path, top.table_of("tunables", {}))
 
     spec = KernelSpec(
@@ -286,64 +287,64 @@ def load_spec(directory: Path | str) -> KernelSpec:
 def _parse_dims(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     dims = {}
     for key, value in table.items():
-        _identifier(path, f"dims.{key}", key)
+        check_identifier(path, f"dims.{key}", key)
         if key == BATCH_DIM:
-            raise _err(path, f"dims.{key}", "the batch dimension's sizes go in parity.batch_sizes")
+            raise field_error(path, f"dims.{key}", "the batch dimension's sizes go in parity.batch_sizes")
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
-        dims[key] = _int_list(path, f"dims.{key}", value, 1)
+        dims[key] = check_int_list(path, f"dims.{key}", value, 1)
     return dims
 
 
 def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any], layout: str) -> tuple[InputSpec, ...]:
     if not items:
-        raise _err(path, "inputs", "expected at least one [[inputs]] table")
+        raise field_error(path, "inputs", "expected at least one [[inputs]] table")
     seen: set[str] = set()
     inputs = []
     for i, raw in enumerate(items):
         where = f"inputs[{i}]"
         if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table", raw)
-        r = _Reader(path, raw, where)
+            raise field_error(path, where, "expected a table", raw)
+        r = FieldReader(path, raw, where)
         r.unknown({"name", "shape", "dtype", "high", "role"})
-        name = _identifier(path, f"{where}.name", r.get("name", str))
+        name = check_identifier(path, f"{where}.name", r.get("name", str))
         if name in seen:
-            raise _err(path, f"{where}.name", "duplicate input name", name)
+            raise field_error(path, f"{where}.name", "duplicate input name", name)
         seen.add(name)
-        dtype = _dtype(path, f"{where}.dtype", r.get("dtype", str))
+        dtype = check_dtype(path, f"{where}.dtype", r.get("dtype", str))
         raw_shape = r.get("shape", list, None) if layout == "sequences" else r.get("shape", list)
         role = check_role(path, where, layout, r.get("role", str, None), dtype, raw_shape)
-        shape = () if raw_shape is None else _shape(path, f"{where}.shape", raw_shape, dims, derived_dims(layout))
+        shape = () if raw_shape is None else check_shape(path, f"{where}.shape", raw_shape, dims, derived_dims(layout))
         high = r.get("high", (str, int), None)
         if role is not None and high is not None:
-            raise _err(path, f"{where}.high", "index inputs of the sequences layout take no bound", high)
+            raise field_error(path, f"{where}.high", "index inputs of the sequences layout take no bound", high)
         if dtype in INT_DTYPES and role is None:
             if high is None:
-                raise _err(path, f"{where}.high", "integer inputs need an upper bound (a dimension name or an integer)")
+                raise field_error(path, f"{where}.high", "integer inputs need an upper bound (a dimension name or an integer)")
             if isinstance(high, str) and high not in dims:
-                raise _err(path, f"{where}.high", "unknown dimension", high)
+                raise field_error(path, f"{where}.high", "unknown dimension", high)
             if isinstance(high, int) and high < 1:
-                raise _err(path, f"{where}.high", "expected a positive integer", high)
+                raise field_error(path, f"{where}.high", "expected a positive integer", high)
         elif high is not None:
-            raise _err(path, f"{where}.high", "only integer inputs take a bound", high)
+            raise field_error(path, f"{where}.high", "only integer inputs take a bound", high)
         inputs.append(InputSpec(name, shape, dtype, high, role))
     return tuple(inputs)
 
 
 def _parse_parity(path: Path, table: Mapping[str, Any]) -> ParityGrid:
-    r = _Reader(path, table, "parity")
+    r = FieldReader(path, table, "parity")
     r.unknown({"batch_sizes", "dtypes", "seeds", "regimes", "subbatches"})
-    batch_sizes = _int_list(path, "parity.batch_sizes", r.get("batch_sizes", list), 1)
+    batch_sizes = check_int_list(path, "parity.batch_sizes", r.get("batch_sizes", list), 1)
     if 1 not in batch_sizes:
-        raise _err(path, "parity.batch_sizes", "must include 1 (a row alone)", list(batch_sizes))
+        raise field_error(path, "parity.batch_sizes", "must include 1 (a row alone)", list(batch_sizes))
     if not any(b % 2 for b in batch_sizes if b > 1):
-        raise _err(path, "parity.batch_sizes", "must include an odd size above 1", list(batch_sizes))
-    dtypes = _choice_list(path, "parity.dtypes", r.get("dtypes", list), FLOAT_DTYPES)
-    seeds = _int_list(path, "parity.seeds", r.get("seeds", list), 0)
-    regimes = _choice_list(path, "parity.regimes", r.get("regimes", list, list(REGIMES)), REGIMES)
+        raise field_error(path, "parity.batch_sizes", "must include an odd size above 1", list(batch_sizes))
+    dtypes = check_choice_list(path, "parity.dtypes", r.get("dtypes", list), FLOAT_DTYPES)
+    seeds = check_int_list(path, "parity.seeds", r.get("seeds", list), 0)
+    regimes = check_choice_list(path, "parity.regimes", r.get("regimes", list, list(REGIMES)), REGIMES)
     subbatches = r.get("subbatches", int, 2)
     if subbatches < 0:
-        raise _err(path, "parity.subbatches", "expected an integer >= 0", subbatches)
+        raise field_error(path, "parity.subbatches", "expected an integer >= 0", subbatches)
     return ParityGrid(batch_sizes, dtypes, seeds, regimes, subbatches)
 
 
@@ -352,19 +353,19 @@ def _parse_tolerances(path: Path, table: Mapping[str, Any], dtypes: tuple[str, .
     for key, raw in table.items():
         where = f"tolerance.{key}"
         if key not in FLOAT_DTYPES:
-            raise _err(path, where, f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", key)
+            raise field_error(path, where, f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", key)
         if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table with rtol and atol", raw)
-        r = _Reader(path, raw, where)
+            raise field_error(path, where, "expected a table with rtol and atol", raw)
+        r = FieldReader(path, raw, where)
         r.unknown({"rtol", "atol"})
         rtol, atol = r.get("rtol", (int, float)), r.get("atol", (int, float))
         for fname, v in (("rtol", rtol), ("atol", atol)):
             if not math.isfinite(v) or v < 0:
-                raise _err(path, f"{where}.{fname}", "expected a finite number >= 0", v)
+                raise field_error(path, f"{where}.{fname}", "expected a finite number >= 0", v)
         tolerances[key] = Tolerance(float(rtol), float(atol))
     for d in dtypes:
         if d not in tolerances:
-            raise _err(path, f"tolerance.{d}", "missing: every parity dtype needs a tolerance for the float64 reference")
+            raise field_error(path, f"tolerance.{d}", "missing: every parity dtype needs a tolerance for the float64 reference")
     return tolerances
 
 
@@ -374,15 +375,15 @@ def _parse_tunables(path: Path, table: Mapping[str, Any]) -> tuple[dict, dict]:
     tunables, safe_on = {}, {}
     for key, entry in table.items():
         where = f"tunables.{key}"
-        _identifier(path, where, key)
+        check_identifier(path, where, key)
         values, devices = parse_entry(path, where, entry)
         if devices is not None:
             safe_on[key] = devices
         if not isinstance(values, list) or not values:
-            raise _err(path, where, "expected a non-empty list of candidate values", values)
+            raise field_error(path, where, "expected a non-empty list of candidate values", values)
         for j, v in enumerate(values):
             if not isinstance(v, (int, float, bool, str)):
-                raise _err(path, f"{where}[{j}]", "expected a number, boolean or string", v)
+                raise field_error(path, f"{where}[{j}]", "expected a number, boolean or string", v)
         tunables[key] = tuple(values)
     return tunables, safe_on
 
@@ -408,18 +409,18 @@ def _check_source_matches(spec: KernelSpec) -> None:
         raise SpecError(f"{src}:{exc.lineno}: kernel file does not parse: {exc.msg}") from None
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if spec.entry not in funcs:
-        raise _err(spec.spec_path, "kernel.entry", f"no top-level function of that name in {src.name}; found {sorted(funcs)}", spec.entry)
+        raise field_error(spec.spec_path, "kernel.entry", f"no top-level function of that name in {src.name}; found {sorted(funcs)}", spec.entry)
     args = funcs[spec.entry].args
     params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
     expected = [i.name for i in spec.inputs]
     if params[: len(expected)] != expected:
-        raise _err(spec.spec_path, "inputs", f"names must match the first parameters of {spec.entry}{tuple(params)}", expected)
+        raise field_error(spec.spec_path, "inputs", f"names must match the first parameters of {spec.entry}{tuple(params)}", expected)
     for key in spec.kwargs:
         if key not in params:
-            raise _err(spec.spec_path, f"kwargs.{key}", f"{spec.entry} has no such parameter; it takes {params}")
+            raise field_error(spec.spec_path, f"kwargs.{key}", f"{spec.entry} has no such parameter; it takes {params}")
     if spec.backward is not None:
         check_backward_source(spec, funcs)
     constants = module_constants(tree)
     for key in spec.tunables:
         if key not in constants:
-            raise _err(spec.spec_path, f"tunables.{key}", f"{src.name} has no module-level constant of that name")
+            raise field_error(spec.spec_path, f"tunables.{key}", f"{src.name} has no module-level constant of that name")

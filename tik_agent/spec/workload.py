@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, _err, _Reader
+from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, FieldReader, field_error
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,11 @@ class WorkloadCell:
 def _flops(path: Path, where: str, text: Any, sizes: Mapping[str, int]) -> int:
     """Evaluate a sum of products of dimension names and integers, nothing else."""
     if not isinstance(text, str):
-        raise _err(path, where, 'expected an expression such as "2 * M * N * K"', text)
+        raise field_error(path, where, 'expected an expression such as "2 * M * N * K"', text)
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
-        raise _err(path, where, "not an expression of dimensions", text) from None
+        raise field_error(path, where, "not an expression of dimensions", text) from None
 
     def value(node) -> int:
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
@@ -47,54 +47,54 @@ def _flops(path: Path, where: str, text: Any, sizes: Mapping[str, int]) -> int:
             return sizes[node.id]
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return node.value
-        raise _err(path, where, f"only +, * , integers and the dimensions {sorted(sizes)} are allowed", text)
+        raise field_error(path, where, f"only +, * , integers and the dimensions {sorted(sizes)} are allowed", text)
 
     return value(tree)
 
 
 def parse_workload(path: Path, items: list, dims: Mapping[str, Any]) -> tuple[WorkloadCell, ...]:
     if not items:
-        raise _err(path, "workload", "expected at least one [[workload]] cell")
+        raise field_error(path, "workload", "expected at least one [[workload]] cell")
     cells = []
     names: set[str] = set()
     for i, raw in enumerate(items):
         where = f"workload[{i}]"
         if not isinstance(raw, dict):
-            raise _err(path, where, "expected a table", raw)
-        r = _Reader(path, raw, where)
+            raise field_error(path, where, "expected a table", raw)
+        r = FieldReader(path, raw, where)
         name = r.get("name", str)
         if name in names:
-            raise _err(path, f"{where}.name", "duplicate cell name", name)
+            raise field_error(path, f"{where}.name", "duplicate cell name", name)
         names.add(name)
         m = r.get(BATCH_DIM, int)
         if m < 1:
-            raise _err(path, f"{where}.{BATCH_DIM}", "expected an integer >= 1", m)
+            raise field_error(path, f"{where}.{BATCH_DIM}", "expected an integer >= 1", m)
         dtype = r.get("dtype", str)
         if dtype not in FLOAT_DTYPES:
-            raise _err(path, f"{where}.dtype", f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", dtype)
+            raise field_error(path, f"{where}.dtype", f"unknown dtype; expected one of {list(FLOAT_DTYPES)}", dtype)
         weight = r.get("weight", (int, float), 1.0)
         if not math.isfinite(weight) or weight <= 0:
-            raise _err(path, f"{where}.weight", "expected a positive number", weight)
+            raise field_error(path, f"{where}.weight", "expected a positive number", weight)
         devices = r.get("devices", list, ["cpu", "cuda"])
         for j, d in enumerate(devices):
             if d not in ("cpu", "cuda"):
-                raise _err(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
+                raise field_error(path, f"{where}.devices[{j}]", "unknown device; expected 'cpu' or 'cuda'", d)
         cell_dims = {}
         for key, value in raw.items():
             if key in ("name", BATCH_DIM, "dtype", "weight", "devices", "flops", "backward"):
                 continue
             if key not in dims:
-                raise _err(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
+                raise field_error(path, f"{where}.{key}", f"unknown field or dimension; dimensions are {sorted(dims)}")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _err(path, f"{where}.{key}", "expected a positive integer", value)
+                raise field_error(path, f"{where}.{key}", "expected a positive integer", value)
             cell_dims[key] = value
         for d in dims:
             if d not in cell_dims:
-                raise _err(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
+                raise field_error(path, f"{where}.{d}", "missing: every workload cell gives every dimension")
         flops = _flops(path, f"{where}.flops", raw["flops"], {BATCH_DIM: m, **cell_dims}) if "flops" in raw else None
         cells.append(WorkloadCell(name, m, cell_dims, dtype, float(weight), tuple(devices), flops,
                                   r.get("backward", bool, False)))
     for device in ("cpu", "cuda"):
         if not any(device in c.devices for c in cells):
-            raise _err(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
+            raise field_error(path, "workload", f"no cell runs on {device}; give at least one cell for each device")
     return tuple(cells)
