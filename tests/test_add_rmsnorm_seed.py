@@ -71,7 +71,7 @@ def _small(tmp_path):
 
 def test_check_seed_catches_a_batch_variant_second_output(tmp_path, device):
     from seedutil import edit
-    from tik_agent.judge.parity import Check
+    from tik_agent.judge.bitcheck import Check
     from tik_agent.judge.seedcheck import check_seed
 
     seed = _small(tmp_path)

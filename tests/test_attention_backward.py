@@ -7,7 +7,7 @@ import pytest
 from attention_seed import BACKWARD_CONTROLS, apply_backward_control, small_attention_backward
 from shared import cached_reference
 from tik_agent.judge.evaluate import EvalOptions, evaluate
-from tik_agent.judge.parity import Check
+from tik_agent.judge.bitcheck import Check
 from tik_agent.judge.records import Outcome
 from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.cases import parity_cases

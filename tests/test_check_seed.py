@@ -6,7 +6,7 @@ import pytest
 
 from seedutil import copy_seed, edit, shrink_grid, shrink_matmul_workload
 from tik_agent import cli
-from tik_agent.judge.parity import Check
+from tik_agent.judge.bitcheck import Check
 from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR

@@ -19,6 +19,7 @@ import torch
 from tik_agent.sandbox import harness, hostops, launches
 from tik_agent.sandbox.harness import guarded_call, load_entry, load_seed_entry
 from tik_agent.sandbox.static import check_source
+from tik_agent.sandbox.wire import as_outputs
 from tik_agent.spec.seeds import resolve
 
 RUNTIME = sorted((Path(__file__).parent / "adversarial" / "hostops").glob("*.py"))
@@ -41,7 +42,7 @@ def _forward_spec():
 
 
 def _bits(out) -> tuple:
-    return tuple(t.view(torch.int32) if t.is_floating_point() else t for t in harness.as_outputs(out))
+    return tuple(t.view(torch.int32) if t.is_floating_point() else t for t in as_outputs(out))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -51,7 +51,7 @@ from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, make_inputs
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import SpecError, UsageError
-from tik_agent.sandbox.harness import CaseOutputs
+from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.judge.parity import judge_self
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict

@@ -8,25 +8,15 @@ the first failing case is what a user sees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
-from tik_agent.bits import Mismatch, first_mismatch, meta_difference
-from tik_agent.spec.cases import Case, rows_alone
-from tik_agent.sandbox.harness import CaseOutputs, as_outputs
+from tik_agent.bits import Mismatch
+from tik_agent.judge.bitcheck import CaseFailure, Check, check_output, same_bits
+from tik_agent.judge.sequence_checks import judge_probes
+from tik_agent.sandbox.wire import CaseOutputs, as_outputs
 from tik_agent.spec.backward import is_batched
-from tik_agent.spec.layouts import BLOCKS_DIM, TOKENS_DIM
-from tik_agent.spec.schema import KernelSpec, OutputSpec, Tolerance, resolve_shape
-
-
-class Check(str, Enum):
-    OUTPUT = "output"            # a tensor of the declared shape and dtype came back
-    LAUNCH = "launch"            # a Triton kernel from the kernel's own file ran
-    INPUTS = "inputs"            # inputs are bit-identical after the call
-    DETERMINISM = "determinism"  # two runs, same bits (also catches unwritten outputs)
-    INVARIANCE = "invariance"    # rows alone and sub-batches match the full batch
-    PARITY = "parity"            # same bits as the seed
-    REFERENCE = "reference"      # close to the float64 reference (seed sanity)
+from tik_agent.spec.cases import Case, rows_alone
+from tik_agent.spec.schema import KernelSpec, Tolerance
 
 
 @dataclass(frozen=True)
@@ -49,90 +39,33 @@ class CaseResult:
         }
 
 
-class _Fail(Exception):
-    def __init__(self, check: Check, message: str, mismatch: Mismatch | None = None):
-        super().__init__(message)
-        self.check, self.message, self.mismatch = check, message, mismatch
-
-
-def expected_meta(spec: KernelSpec, case: Case, m: int, output: OutputSpec | None = None,
-                  tokens: int | None = None, blocks: int | None = None) -> tuple[tuple[int, ...], str]:
-    """Shape and dtype of an output for ``m`` rows (or, in the sequences layout, ``tokens``
-    tokens over ``blocks`` cache blocks; the full launch's when not given)."""
-    output = output or spec.output
-    dims = dict(case.dims)
-    if spec.layout == "sequences":
-        from tik_agent.spec.sequences import full_launch, placement, token_count
-
-        dims[TOKENS_DIM] = token_count(spec, case) if tokens is None else tokens
-        if BLOCKS_DIM in output.shape:
-            dims[BLOCKS_DIM] = (placement(spec, case, full_launch(spec, case.m, case.dims)).num_blocks
-                                if blocks is None else blocks)
-    return resolve_shape(output.shape, m, dims), output.dtype_in(case)
-
-
-def _check_output(spec: KernelSpec, case: Case, out, m: int, what: str, tokens: int | None = None,
-                  blocks: int | None = None) -> None:
-    import torch
-
-    declared = spec.checked_outputs
-    several = len(declared) > 1
-    if several and not (isinstance(out, (tuple, list)) and len(out) == len(declared)):
-        raise _Fail(Check.OUTPUT, f"{what}: returned {type(out).__name__}, expected a tuple of {len(declared)} tensors "
-                                  f"({', '.join(o.name for o in declared)})")
-    for output, t in zip(declared, as_outputs(out)):
-        name = f"{what}: output {output.name}" if several else what
-        shape, dtype = expected_meta(spec, case, m, output, tokens, blocks)
-        if not isinstance(t, torch.Tensor):
-            raise _Fail(Check.OUTPUT, f"{name}: returned {type(t).__name__}, expected a tensor")
-        if tuple(t.shape) != shape or t.dtype != getattr(torch, dtype):
-            raise _Fail(Check.OUTPUT, f"{name}: got {tuple(t.shape)} {t.dtype}, expected {shape} torch.{dtype}")
-
-
-def _same_bits(check: Check, what: str, expected, actual, names: tuple[str, ...] = ()) -> None:
-    """Raw-bit equality of one output, or of each of several (``names`` label them)."""
-    expected, actual = as_outputs(expected), as_outputs(actual)
-    if len(actual) != len(expected):
-        raise _Fail(check, f"{what}: {len(actual)} outputs, expected {len(expected)}")
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        label = f"{what}: output {names[i] if i < len(names) else i}" if len(expected) > 1 else what
-        meta = meta_difference(e, a)
-        if meta:
-            raise _Fail(check, f"{label}: {meta}")
-        mm = first_mismatch(e, a)
-        if mm:
-            raise _Fail(check, f"{label}: {mm.describe()}", mm)
-
-
 def judge_self(spec: KernelSpec, case: Case, out: CaseOutputs, kernel_file: Path, inputs_digest: str) -> CaseResult:
     """Checks that need only the kernel's own outputs."""
     passed: list[str] = []
     try:
-        _check_output(spec, case, out.full, case.m, "full batch")
+        check_output(spec, case, out.full, case.m, "full batch")
         passed.append(Check.OUTPUT.value)
         own = str(Path(kernel_file).resolve())
         foreign = {f: n for f, n in out.launches.items() if f != own}
         if foreign:
-            raise _Fail(Check.LAUNCH, f"launched kernels defined outside the kernel file: {sorted(foreign)}")
+            raise CaseFailure(Check.LAUNCH, f"launched kernels defined outside the kernel file: {sorted(foreign)}")
         if out.launches.get(own, 0) == 0:
-            raise _Fail(Check.LAUNCH, "no Triton kernel from the kernel file was launched")
+            raise CaseFailure(Check.LAUNCH, "no Triton kernel from the kernel file was launched")
         passed.append(Check.LAUNCH.value)
         if out.inputs_digest_after != inputs_digest:
-            raise _Fail(Check.INPUTS, "inputs changed during the call")
+            raise CaseFailure(Check.INPUTS, "inputs changed during the call")
         passed.append(Check.INPUTS.value)
         if not (case.runs_once and out.again is None):
-            _check_output(spec, case, out.again, case.m, "second run")
-            _same_bits(Check.DETERMINISM, "second run vs first", out.full, out.again, _names(spec))
+            check_output(spec, case, out.again, case.m, "second run")
+            same_bits(Check.DETERMINISM, "second run vs first", out.full, out.again, _names(spec))
             passed.append(Check.DETERMINISM.value)
         if case.invariance and spec.layout == "sequences":
-            from tik_agent.judge.sequence_checks import judge_probes
-
             judge_probes(spec, case, out)
             passed.append(Check.INVARIANCE.value)
         elif case.invariance:
             _judge_invariance(spec, case, out)
             passed.append(Check.INVARIANCE.value)
-    except _Fail as f:
+    except CaseFailure as f:
         return CaseResult(case.id, f.check, f.message, f.mismatch, tuple(passed))
     return CaseResult(case.id, checks=tuple(passed))
 
@@ -150,19 +83,19 @@ def _judge_invariance(spec: KernelSpec, case: Case, out: CaseOutputs) -> None:
         return tuple(_dense(outputs[n]) for n in keep)
 
     rows = rows_alone(case)
-    _check_output(spec, case, out.rows, len(rows), "rows run alone")
+    check_output(spec, case, out.rows, len(rows), "rows run alone")
     full = rowwise(out.full)
     if len(rows) != case.m:  # a large batch runs a sample of its rows alone
         index = torch.tensor(rows, device=full[0].device)
         full = tuple(t.index_select(0, index) for t in full)
-    _same_bits(Check.INVARIANCE, "rows run alone vs full batch", full, rowwise(out.rows), names)
+    same_bits(Check.INVARIANCE, "rows run alone vs full batch", full, rowwise(out.rows), names)
     for sub, t in out.subs:
         kind = "prefix" if sub.prefix else "sub-batch (rows of a wider buffer)"
-        _check_output(spec, case, t, len(sub.index), f"{kind} of {len(sub.index)} rows")
+        check_output(spec, case, t, len(sub.index), f"{kind} of {len(sub.index)} rows")
         full = rowwise(out.full)
         index = torch.tensor(sub.index, dtype=torch.long, device=full[0].device)
         expected = tuple(f.index_select(0, index) for f in full)
-        _same_bits(Check.INVARIANCE, f"{kind} rows {list(sub.index)[:8]} vs full batch", expected, rowwise(t), names)
+        same_bits(Check.INVARIANCE, f"{kind} rows {list(sub.index)[:8]} vs full batch", expected, rowwise(t), names)
 
 
 def _dense(t):
@@ -182,8 +115,8 @@ def judge_against(case: Case, out: CaseOutputs, reference_full, prior: CaseResul
     if not prior.passed:
         return prior
     try:
-        _same_bits(Check.PARITY, "output vs seed", reference_full, out.full, names)
-    except _Fail as f:
+        same_bits(Check.PARITY, "output vs seed", reference_full, out.full, names)
+    except CaseFailure as f:
         return CaseResult(case.id, f.check, f.message, f.mismatch, prior.checks)
     return CaseResult(case.id, checks=prior.checks + (Check.PARITY.value,))
 

@@ -23,8 +23,9 @@ from tik_agent.bits import digest
 from tik_agent.spec.cases import Case, case_kwargs, describe, make_inputs, unique
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import SpecError
-from tik_agent.judge.parity import CaseResult, Check, judge_reference, judge_self
-from tik_agent.sandbox.harness import as_outputs
+from tik_agent.judge.bitcheck import Check
+from tik_agent.judge.parity import CaseResult, judge_reference, judge_self
+from tik_agent.sandbox.wire import as_outputs
 from tik_agent.spec.schema import KernelSpec, Tolerance
 
 log = logging.getLogger(__name__)

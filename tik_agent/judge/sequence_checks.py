@@ -19,14 +19,14 @@ its blocks sit, and every slot no sequence owns must be zero.
 
 from __future__ import annotations
 
-from tik_agent.judge.parity import Check, _check_output, _Fail, _same_bits
-from tik_agent.sandbox.harness import as_outputs
+from tik_agent.judge.bitcheck import CaseFailure, Check, check_output, same_bits
+from tik_agent.sandbox.wire import as_outputs
 from tik_agent.spec.layouts import BLOCKS_DIM
 from tik_agent.spec.sequences import Launch, describe, full_launch, owned_slots, placement, probe_launches
 
 
 def judge_probes(spec, case, out) -> None:
-    """Raise the parity module's failure for the first row that disagrees."""
+    """Raise :class:`~tik_agent.judge.bitcheck.CaseFailure` for the first row that disagrees."""
     declared = spec.checked_outputs
     per_slot = [n for n, o in enumerate(declared) if o.shape[:1] == (BLOCKS_DIM,)]
     per_token = [n for n in range(len(declared)) if n not in per_slot]
@@ -37,11 +37,11 @@ def judge_probes(spec, case, out) -> None:
     for launch in [full_launch(spec, case.m, case.dims), *probe_launches(spec, case)]:
         what = describe(launch)
         if launch.label not in outputs:
-            raise _Fail(Check.INVARIANCE, f"{what}: no output came back")
+            raise CaseFailure(Check.INVARIANCE, f"{what}: no output came back")
         where = placement(spec, case, launch) if per_slot else None
         got = outputs[launch.label]
-        _check_output(spec, case, got, len(launch.chunks), what, tokens=len(launch.tokens),
-                      blocks=where.num_blocks if where else None)
+        check_output(spec, case, got, len(launch.chunks), what, tokens=len(launch.tokens),
+                     blocks=where.num_blocks if where else None)
         got = as_outputs(got)
         _judge_tokens(spec, case, launch, what, outputs, known, per_token, names)
         if per_slot:
@@ -67,8 +67,8 @@ def _judge_tokens(spec, case, launch: Launch, what: str, outputs, known, per_tok
         mine = torch.tensor(rows, dtype=torch.long, device=got[0].device)
         expected = tuple(theirs[n].index_select(0, src).contiguous() for n in per_token)
         actual = tuple(got[n].index_select(0, mine).contiguous() for n in per_token)
-        _same_bits(Check.INVARIANCE, f"{what} vs {_source(spec, case, source)} "
-                   f"(tokens {_tokens(launch, rows)})", expected, actual, names)
+        same_bits(Check.INVARIANCE, f"{what} vs {_source(spec, case, source)} "
+                  f"(tokens {_tokens(launch, rows)})", expected, actual, names)
 
 
 def _judge_slots(spec, case, launch: Launch, what: str, where, grads: list, names: tuple[str, ...],
@@ -83,8 +83,8 @@ def _judge_slots(spec, case, launch: Launch, what: str, where, grads: list, name
     for name, g in zip(names, flat):
         stray = g[unowned.to(g.device)]
         if stray.numel() and bool((stray != 0).any() | (stray != stray).any()):
-            raise _Fail(Check.INVARIANCE, f"{what}: output {name}: a cache slot no sequence owns holds a nonzero "
-                                          f"gradient (expected zeros there)")
+            raise CaseFailure(Check.INVARIANCE, f"{what}: output {name}: a cache slot no sequence owns holds a nonzero "
+                                                f"gradient (expected zeros there)")
     for chunk, index in zip(launch.chunks, slots):
         mine = tuple(g.index_select(0, index.to(g.device)).contiguous() for g in flat)
         key = (chunk.seq, chunk.begin, chunk.end)
@@ -92,8 +92,8 @@ def _judge_slots(spec, case, launch: Launch, what: str, where, grads: list, name
             chunks_seen[key] = (launch.label, mine)
             continue
         source, theirs = chunks_seen[key]
-        _same_bits(Check.INVARIANCE, f"{what} vs {_source(spec, case, source)} (cache slots of sequence "
-                   f"{chunk.seq}, new tokens [{chunk.begin},{chunk.end}))", theirs, mine, names)
+        same_bits(Check.INVARIANCE, f"{what} vs {_source(spec, case, source)} (cache slots of sequence "
+                  f"{chunk.seq}, new tokens [{chunk.begin},{chunk.end}))", theirs, mine, names)
 
 
 def _source(spec, case, label: str) -> str:

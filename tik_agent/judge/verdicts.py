@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tik_agent.bits import digest
-from tik_agent.judge.parity import Check, CaseResult, judge_against, judge_self
+from tik_agent.judge.bitcheck import Check
+from tik_agent.judge.parity import CaseResult, judge_against, judge_self
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
-from tik_agent.sandbox.harness import CaseOutputs
+from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.spec.cases import Case, make_inputs
 from tik_agent.spec.schema import KernelSpec
 

@@ -13,17 +13,17 @@ import inspect
 import itertools
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from tik_agent.sandbox import hostops
-from tik_agent.sandbox import launches
 from tik_agent.bits import digest
-from tik_agent.spec.cases import Case, SubBatch, case_kwargs, make_inputs, rows_alone, subbatches
 from tik_agent.errors import SpecError
+from tik_agent.sandbox import hostops, launches
+from tik_agent.sandbox.sequence_runs import run_sequence_case
+from tik_agent.sandbox.wire import CaseOutputs, as_outputs
 from tik_agent.spec.backward import is_batched
+from tik_agent.spec.cases import Case, SubBatch, case_kwargs, make_inputs, rows_alone, subbatches
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
@@ -118,38 +118,6 @@ def load_seed_entry(spec: KernelSpec) -> Callable:
         raise SpecError(str(exc)) from None
 
 
-def as_outputs(out) -> tuple:
-    """An entry's result as a tuple of outputs: one tensor, or the tuple several outputs make."""
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-@dataclass
-class CaseOutputs:
-    """What one case produced, as raw tensors; compared on the trusted side."""
-
-    full: object
-    again: object
-    rows: object | None = None
-    subs: list[tuple[SubBatch, object]] = field(default_factory=list)
-    launches: dict[str, int] = field(default_factory=dict)
-    inputs_digest_after: str = ""
-    probes: dict[str, object] = field(default_factory=dict)  # sequences layout: launch label -> output
-
-    def to_payload(self) -> dict:
-        return {
-            "full": self.full, "again": self.again, "rows": self.rows,
-            "subs": [(list(s.index), s.prefix, t) for s, t in self.subs],
-            "launches": dict(self.launches), "inputs_digest_after": self.inputs_digest_after,
-            "probes": dict(self.probes),
-        }
-
-    @classmethod
-    def from_payload(cls, d: dict) -> "CaseOutputs":
-        subs = [(SubBatch(tuple(i), bool(p)), t) for i, p, t in d["subs"]]
-        return cls(d["full"], d["again"], d["rows"], subs, dict(d["launches"]), d["inputs_digest_after"],
-                   dict(d.get("probes", {})))
-
-
 @contextmanager
 def poisoned_allocations(which: int):
     """Fill every tensor that ``torch.empty*`` hands out with poison pattern ``which``.
@@ -209,20 +177,18 @@ class Runner:
     def __init__(self, entry: Callable, spec: KernelSpec, device: str):
         self.entry, self.spec, self.device = entry, spec, device
 
-    def call(self, case: Case, inputs: list, m: int, which: int = 0):
+    def call(self, case: Case, inputs: list, which: int = 0):
         return guarded_call(self.entry, inputs, case_kwargs(self.spec, case), which)
 
     def run_case(self, case: Case) -> CaseOutputs:
         if self.spec.layout == "sequences":
-            from tik_agent.sandbox.sequence_runs import run_sequence_case
-
             return run_sequence_case(self, case)
         inputs = make_inputs(self.spec, case, self.device)
         with launches.recording() as rec:
-            full = self.call(case, inputs, case.m, 0)
+            full = self.call(case, inputs, 0)
             # A large case runs its full batch once: cost is per row, and parity
             # with the seed already rejects unwritten (poisoned) elements.
-            again = None if case.runs_once else self.call(case, inputs, case.m, 1)
+            again = None if case.runs_once else self.call(case, inputs, 1)
             rows = None
             subs = []
             if case.invariance:
@@ -240,7 +206,7 @@ class Runner:
         outs = []
         for i in rows_alone(case):
             row_inputs = self._select(inputs, lambda t: t[i : i + 1].clone())
-            out = self.call(case, row_inputs, 1, i % 2)
+            out = self.call(case, row_inputs, i % 2)
             if not all(isinstance(t, torch.Tensor) for t in as_outputs(out)):
                 return out
             outs.append(as_outputs(out))
@@ -258,7 +224,7 @@ class Runner:
         else:
             index = torch.tensor(sub.index, dtype=torch.long, device=self.device)
             picked = self._select(inputs, lambda t: padded_rows(t.index_select(0, index)))
-        return self.call(case, picked, len(sub.index), 0)
+        return self.call(case, picked, 0)
 
 
 # Elements added to each row of a shuffled sub-batch's inputs (see padded_rows).

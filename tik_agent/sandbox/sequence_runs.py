@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from tik_agent.bits import digest
 from tik_agent.sandbox import launches
+from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.spec.sequences import build_launch, full_launch, probe_launches
 
 
-def run_sequence_case(runner, case):
-    from tik_agent.sandbox.harness import CaseOutputs
-
+def run_sequence_case(runner, case) -> CaseOutputs:
+    """``runner`` is the :class:`~tik_agent.sandbox.harness.Runner` calling the entry."""
     spec = runner.spec
     inputs = build_launch(spec, case, full_launch(spec, case.m, case.dims), runner.device)
     probes = {}
     with launches.recording() as rec:
-        full = runner.call(case, inputs, case.m, 0)
-        again = None if case.runs_once else runner.call(case, inputs, case.m, 1)
+        full = runner.call(case, inputs, 0)
+        again = None if case.runs_once else runner.call(case, inputs, 1)
         if case.invariance:
             for n, launch in enumerate(probe_launches(spec, case)):
                 probe_inputs = build_launch(spec, case, launch, runner.device)
-                probes[launch.label] = runner.call(case, probe_inputs, len(launch.chunks), n % 2)
+                probes[launch.label] = runner.call(case, probe_inputs, n % 2)
     return CaseOutputs(full, again, None, [], dict(rec), digest(inputs), probes)
