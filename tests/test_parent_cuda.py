@@ -90,7 +90,7 @@ def test_worker_outputs_are_read_onto_the_cpu(monkeypatch, tmp_path):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", load)
-    box = workerbox._Sandbox.__new__(workerbox._Sandbox)
+    box = workerbox.WorkerBox.__new__(workerbox.WorkerBox)
     box.dir = tmp_path
     torch.save({"cases": {"c": {"full": torch.ones(2)}}}, tmp_path / "outputs.pt")
     out = box.outputs()

@@ -124,10 +124,10 @@ def test_outputs_unreadable_or_incomplete_at_the_gate_are_a_failure(spec, refere
     import torch
 
     from tik_agent.judge.evaluate import _parity_at_gate
-    from tik_agent.judge.workerbox import _Sandbox
+    from tik_agent.judge.workerbox import WorkerBox
     from tik_agent.sandbox.worker import OUTPUTS_FILE
 
-    box = _Sandbox(spec, keep=False)
+    box = WorkerBox(spec, keep=False)
     try:
         path = box.dir / OUTPUTS_FILE
         if saved == "not a tensor file":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tik_agent.judge import evaluate as evaluation
+from tik_agent.judge import workerbox
 from tik_agent.judge.records import Outcome, Verdict
 from tik_agent.redaction import REDACTED, scrub_text, scrub_worker_data, secret_values
 from tik_agent.run.runconfig import Limits, RunConfig
@@ -73,7 +73,7 @@ def test_from_worker_scrubs_process_output(monkeypatch) -> None:
     secret = "Pq" + uuid.uuid4().hex
     monkeypatch.setenv("GITHUB_TOKEN", secret)
     proc = SandboxResult(1, False, None, 0.1, f"out {secret}", f"err {secret}")
-    cleaned = evaluation.from_worker(proc)
+    cleaned = workerbox.from_worker(proc)
     assert secret not in cleaned.stdout + cleaned.stderr and REDACTED in cleaned.stderr
 
 

@@ -103,7 +103,7 @@ def test_from_worker_cleans_the_process_tails_and_every_string_in_its_files():
 def test_an_outputs_file_that_cannot_be_loaded_is_named_in_our_words(tmp_path):
     """A forged pickle: torch's message quotes the global it refused (here an escape sequence);
     the parent's error names the file and the error's type only."""
-    box = object.__new__(workerbox._Sandbox)
+    box = object.__new__(workerbox.WorkerBox)
     box.dir = tmp_path
     (tmp_path / "outputs.pt").write_bytes(b"\x80\x02c\x1b[2Kevil\x1b]52;c;aGk=\x07\nname\nq\x00.")
     with pytest.raises(workerbox.UnreadableWorkerFile) as err:

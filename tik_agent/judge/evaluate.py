@@ -55,8 +55,7 @@ from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.judge.parity import judge_self
 from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
 from tik_agent.judge.records import Outcome, Verdict
-from tik_agent.judge.workerbox import (_Sandbox, _sandbox_failure, from_worker,  # noqa: F401  (re-exported)
-                                      UnreadableWorkerFile)
+from tik_agent.judge.workerbox import UnreadableWorkerFile, WorkerBox, sandbox_failure
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.judge.verdicts import judge_outputs, judge_parity
@@ -96,7 +95,7 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
     A case the seed fails is bad input (SpecError), unless its id is in
     ``lenient`` (a drawn case: it must not fail a candidate for the seed's
     fault); then it is dropped from the returned outputs with a warning."""
-    box = _Sandbox(spec, options.keep_workdir)
+    box = WorkerBox(spec, options.keep_workdir)
     try:
         kernel = box.add("seed_kernel.py", spec.source)
         watch = box.watch({})  # the seed is trusted: one limit for the whole worker
@@ -107,7 +106,7 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
         wall = max(options.timeout_s or 0.0, UNMEASURED_S)
         proc = box.run(_request("reference", kernel, options.device, cases, **extra), options, watch, wall)
         result = box.result()
-        failure = _sandbox_failure(proc, result, watch)
+        failure = sandbox_failure(proc, result, watch)
         if failure is not None:
             raise SpecError(f"{spec.source}: the seed itself failed on {options.device}: {failure.reason}")
         payloads = box.outputs()["cases"]
@@ -178,7 +177,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
                      graph_rounds=graph_rounds) if options.timing else None
     digests = plan.candidate_seeds() if plan else None
     lenient = frozenset(c.id for c in extras)
-    box = _Sandbox(spec, options.keep_workdir)
+    box = WorkerBox(spec, options.keep_workdir)
     watch = box.watch({}, f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
     gate = Gate(box.dir / GATE_FILE, box.dir / PROGRESS_FILE)
     kernel = "candidate.py"
@@ -210,7 +209,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             verdict = seed_side.early_failure
             verdict.environment = (result or {}).get("environment", {})
         else:
-            verdict = _sandbox_failure(proc, result, watch)
+            verdict = sandbox_failure(proc, result, watch)
             died = verdict is not None and verdict.outcome is Outcome.CRASHED and result is None
             if died and watch.phase == "parity":
                 case = box.case_at_death({c.id for c in fixed + extras})
@@ -237,7 +236,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         box.close()
 
 
-def _judge_left(spec: KernelSpec, device: str, box: _Sandbox, kernel_file: Path, cases: list[Case],
+def _judge_left(spec: KernelSpec, device: str, box: WorkerBox, kernel_file: Path, cases: list[Case],
                 expected: dict, result: dict) -> Verdict:
     """The verdict on what the worker left; an outputs file it tore or forged after the gate is
     its integrity failure (named in our words: the parser's message quotes the worker's bytes)."""
@@ -256,7 +255,7 @@ def _expected(reference: Reference, extras: list[Case], extra_outputs: dict) -> 
     return cases, expected
 
 
-def _parity_at_gate(spec: KernelSpec, box: _Sandbox, kernel_file: Path, extras: list[Case],
+def _parity_at_gate(spec: KernelSpec, box: WorkerBox, kernel_file: Path, extras: list[Case],
                     seed_value: tuple) -> Verdict | None:
     """The early judgement (:mod:`tik_agent.judge.gate`): the failure verdict of the parity
     outputs the worker saved before it said it waits at the gate, or None to let it be timed."""

@@ -38,7 +38,7 @@ class UnreadableWorkerFile(ValueError):
 TRITON_CACHE = "triton-cache"
 
 
-class _Sandbox:
+class WorkerBox:
     """A temporary directory laid out for one worker run."""
 
     def __init__(self, spec: KernelSpec, keep: bool):
@@ -150,7 +150,7 @@ def _replace_tree(source: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
+def sandbox_failure(proc, result: dict | None, watch: PhaseWatch) -> Verdict | None:
     """A verdict for a worker that timed out, died or reported a load/run error."""
     tail = (proc.stderr or "")[-3000:]
     if proc.timed_out:
