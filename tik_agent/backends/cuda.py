@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tik_agent.backends.timers import collector_paused
+from tik_agent.backends.collector import collector_paused
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from tik_agent.backends.timers import collector_paused
+from tik_agent.backends.collector import collector_paused
 
 MIN_SAMPLES = 20
 TARGET_REPLAY_MS = 2.0         # a replay long enough that event resolution does not matter
@@ -194,7 +194,7 @@ class TorchGraphBackend:
     def _events(self, body) -> float:
         torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with collector_paused():  # see tik_agent.backends.timers.collector_paused
+        with collector_paused():  # see tik_agent.backends.collector.collector_paused
             torch.cuda.synchronize()
             start.record()
             body()

@@ -8,30 +8,11 @@
 
 from __future__ import annotations
 
-import gc
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside a timed region.
-
-    Python runs the collector when allocations pass a threshold, in whatever code
-    is running then, and collecting runs finalizers: a candidate that leaves a
-    suspended generator with a ``finally`` in a reference cycle (no import needed)
-    gets its code run inside the next timed call, usually the seed's, and so slows
-    the kernel it is compared with.  With the collector paused, what a call leaves
-    behind is collected in the untimed code after it (the digests, the next
-    inputs).  The collector's previous state is restored."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+from tik_agent.backends.collector import collector_paused
+from tik_agent.backends.cuda import CudaEventTimer
 
 
 class Timer(Protocol):
@@ -55,7 +36,5 @@ class WallClockTimer:
 
 def timer_for(device: str) -> Timer:
     if device == "cuda":
-        from tik_agent.backends.cuda import CudaEventTimer
-
         return CudaEventTimer()
     return WallClockTimer()

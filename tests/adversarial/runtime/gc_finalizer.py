@@ -7,7 +7,7 @@ runs at the next allocation threshold, in whatever code runs then: in the timing
 rounds, usually the seed's timed call (the order alternates, candidate first in
 rounds 1 and 3).  No import, no state the static rules see.  Caught (made harmless)
 by pausing the collector inside every timed region
-(tik_agent.backends.timers.collector_paused)."""
+(tik_agent.backends.collector.collector_paused)."""
 
 
 import torch
