@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tik_agent.sandbox import process
+from tik_agent.sandbox.netns import network_isolation_available
 from tik_agent.sandbox.process import (
     OUTPUT_TAIL_BYTES,
     SandboxLimits,
     SandboxResult,
-    network_isolation_available,
     run_sandboxed,
     scrubbed_environment,
 )

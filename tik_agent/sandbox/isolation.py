@@ -48,8 +48,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tik_agent.sandbox import confine
 from tik_agent.errors import UsageError
+from tik_agent.sandbox import confine
+from tik_agent.sandbox.netns import network_isolation_available
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +310,6 @@ def best() -> Isolation:
             return dataclasses.replace(isolation, why="; ".join(skipped))
         skipped.append(f"{isolation.mechanism}: {why}")
         log.debug("sandbox: %s does not work here (%s)", isolation.mechanism, why)
-    from tik_agent.sandbox.process import network_isolation_available
-
     fallback = Isolation("process", ("net",) if network_isolation_available() else (), False, landlock, seccomp)
     if (landlock or seccomp) and (why := _probe(fallback)) is not None:
         skipped.append(f"seccomp/landlock: {why}")

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import ctypes.util
-import functools
 import logging
 import math
 import os
@@ -46,12 +44,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from tik_agent.redaction import SECRET_NAME
-
-if TYPE_CHECKING:
-    from tik_agent.sandbox.isolation import Isolation, IsolationReport
+from tik_agent.sandbox import isolation as isolations
+from tik_agent.sandbox.isolation import Isolation, IsolationReport
+from tik_agent.sandbox.netns import load_libc, network_isolation_available, unshare_network
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +65,6 @@ _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Names that look like credentials never reach the child, whoever asks.
 _SECRET_NAME = SECRET_NAME
 
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
@@ -149,58 +145,6 @@ def scrubbed_environment(extra: Mapping[str, str] | None = None, *, workdir: Pat
     return env
 
 
-@functools.lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL | None:
-    """libc, loaded in the parent so the child never runs the dynamic loader after fork."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-def _unshare_network(libc: ctypes.CDLL) -> None:
-    """Enter a fresh network namespace (loopback only); raise OSError if impossible.
-
-    Root (CAP_SYS_ADMIN) can do this directly.  Otherwise try an unprivileged user
-    namespace first, mapping our own uid and gid so file ownership looks unchanged.
-    """
-    if libc.unshare(_CLONE_NEWNET) == 0:
-        return
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"unshare: {os.strerror(code)}")
-    for path, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        fd = os.open(f"/proc/self/{path}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-
-
-@functools.lru_cache(maxsize=1)
-def network_isolation_available() -> bool:
-    """Whether children can be put in a private network namespace here (probed once)."""
-    libc = _libc()
-    if libc is None:
-        logger.warning("network isolation unavailable: libc could not be loaded")
-        return False
-    try:
-        subprocess.run(
-            ["/bin/sh", "-c", "exit 0"],
-            preexec_fn=functools.partial(_unshare_network, libc),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-            timeout=30,
-        )
-    except (subprocess.SubprocessError, OSError) as err:
-        logger.warning("network isolation unavailable (%s); sandboxed children share the network", err)
-        return False
-    return True
-
-
 def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_network: bool) -> Callable[[], None]:
     """The preexec_fn: runs in the child between fork and exec, so it stays minimal."""
 
@@ -223,7 +167,7 @@ def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_networ
             libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             if isolate_network:
                 try:
-                    _unshare_network(libc)
+                    unshare_network(libc)
                 except OSError:
                     pass  # the parent's probe already warned that isolation is unavailable
 
@@ -315,7 +259,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 
 def run_sandboxed(
     argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str],
-    *, isolation: "Isolation | None" = None, watchdog: Callable[[], str | None] | None = None,
+    *, isolation: Isolation | None = None, watchdog: Callable[[], str | None] | None = None,
     private: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
@@ -333,8 +277,6 @@ def run_sandboxed(
     ``workdir`` are the child's read-only inputs there.  Raises OSError if ``argv``
     cannot be started (e.g. the executable does not exist).
     """
-    from tik_agent.sandbox import isolation as isolations
-
     if not argv:
         raise ValueError("run_sandboxed: argv is empty")
     workdir = Path(workdir)
@@ -343,7 +285,7 @@ def run_sandboxed(
     iso = isolation if isolation is not None else isolations.best()
     if shutil.which(argv[0], path=env.get("PATH")) is None:
         raise FileNotFoundError(2, f"run_sandboxed: no such program: {argv[0]}")
-    libc = _libc()
+    libc = load_libc()
     isolate = iso.mechanism == "process" and network_isolation_available()
     if iso.mechanism == "process":
         iso = dataclasses.replace(iso, namespaces=("net",) if isolate else ())
