@@ -11,8 +11,10 @@ from enum import Enum
 from tik_agent.bits import Mismatch, first_mismatch, meta_difference
 from tik_agent.sandbox.wire import as_outputs
 from tik_agent.spec.cases import Case
+from tik_agent.spec.fields import resolve_shape
 from tik_agent.spec.layouts import BLOCKS_DIM, TOKENS_DIM
-from tik_agent.spec.schema import KernelSpec, OutputSpec, resolve_shape
+from tik_agent.spec.outputs import OutputSpec
+from tik_agent.spec.schema import KernelSpec
 from tik_agent.spec.sequences import full_launch, placement, token_count
 
 

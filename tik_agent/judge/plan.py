@@ -30,8 +30,8 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from tik_agent.spec.cases import (MAX_BATCH, Case, dims_combinations, extra_case, fp32_first, largest_batch,
-                                  smallest_dims, unique)
+from tik_agent.spec.cases import MAX_BATCH, Case, extra_case, fp32_first, largest_batch, unique
+from tik_agent.spec.dims import dims_combinations, smallest_dims
 from tik_agent.spec.domain_cases import drawn_domain_case
 from tik_agent.spec.schema import KernelSpec
 

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tik_agent.spec.fields import BATCH_DIM, FLOAT_DTYPES, FieldReader, check_identifier, field_error
+from tik_agent.spec.inputs import InputSpec
+from tik_agent.spec.layouts import TOKENS_DIM
 from tik_agent.spec.outputs import OutputSpec
 
 BACKWARD_FIELDS = {"entry", "grads", "wrt", "tolerance"}
@@ -91,12 +93,8 @@ def parse_backward(path: Path, table: Mapping[str, Any] | None, inputs, outputs,
     return BackwardSpec(entry, tuple(grads), tuple(wrt), tolerances)
 
 
-def grad_inputs(backward: BackwardSpec, outputs: tuple[OutputSpec, ...]):
+def grad_inputs(backward: BackwardSpec, outputs: tuple[OutputSpec, ...]) -> tuple[InputSpec, ...]:
     """The upstream gradients as extra inputs of the judged call (generated like inputs)."""
-    from tik_agent.spec.schema import InputSpec
-
-    from tik_agent.spec.layouts import TOKENS_DIM
-
     return tuple(InputSpec(g, o.shape, o.dtype, role="tokens" if o.shape[:1] == (TOKENS_DIM,) else None)
                  for g, o in zip(backward.grads, outputs))
 

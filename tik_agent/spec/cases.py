@@ -25,7 +25,7 @@ chosen on the trusted side (:mod:`tik_agent.judge.plan`).  The cases of a
 declared domain's axes are :mod:`tik_agent.spec.domain_cases`; the fixed grid
 as a whole is :func:`tik_agent.spec.grid.evaluation_cases`.  A case's inputs may
 take a layout class, other dtypes for some inputs, and integer special values
-(:func:`make_inputs`, :func:`place`); its call, keyword values
+(:func:`make_inputs`, :func:`tik_agent.spec.input_layout.place`); its call, keyword values
 (:func:`case_kwargs`).
 """
 
@@ -38,9 +38,12 @@ from typing import Mapping
 
 Scalar = int | float | bool | str
 
+from tik_agent.spec import sequences
+from tik_agent.spec.dims import dims_combinations, smallest_dims
+from tik_agent.spec.input_layout import place
 from tik_agent.spec.regimes import apply_regime, inject_special
-from tik_agent.spec.schema import KernelSpec, WorkloadCell
-from tik_agent.spec.views import HUGE, lay_out
+from tik_agent.spec.schema import KernelSpec
+from tik_agent.spec.workload import WorkloadCell
 
 
 
@@ -117,11 +120,6 @@ class SubBatch:
     prefix: bool = False  # run as a view of the full input instead of a copy
 
 
-def dims_combinations(spec: KernelSpec) -> list[dict[str, int]]:
-    names = sorted(spec.dims)
-    return [dict(zip(names, values)) for values in itertools.product(*(spec.dims[n] for n in names))]
-
-
 def parity_cases(spec: KernelSpec) -> list[Case]:
     grid = spec.parity
     cases = []
@@ -193,8 +191,6 @@ def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
     import torch
 
     if spec.layout == "sequences":
-        from tik_agent.spec import sequences
-
         return sequences.make_inputs(spec, case, device)
     gen = torch.Generator().manual_seed(case_seed(case))
     tensors = []
@@ -237,20 +233,6 @@ def _with_specials(t, specials: list[int], gen):
     return flat.view(t.shape)
 
 
-def place(spec: KernelSpec, case: Case, name: str, t):
-    """Input ``name``'s values in the case's layout: its class when the input's domain
-    declares it (an upstream gradient takes every class: autograd hands gradients over
-    as they come), or the huge form the case names for this input."""
-    if not case.layout:
-        return t
-    kind, _, target = case.layout.partition(":")
-    if kind in HUGE:
-        return lay_out(t, kind) if target == name else t
-    declared = spec.domain.layouts_of(name) if spec.domain else ("contiguous",)
-    is_input = any(i.name == name for i in spec.inputs)
-    return lay_out(t, kind) if kind in declared or not is_input else t
-
-
 def case_kwargs(spec: KernelSpec, case: Case) -> dict:
     """The keyword arguments of a judged call of ``case``: the spec's, with the case's values."""
     return {**spec.kwargs, **case.kwargs}
@@ -267,8 +249,6 @@ def hidden_cases(spec: KernelSpec) -> list[Case]:
         lo, hi = min(values), max(values)
         dims[name] = ((lo + hi) // 2) | 1 if hi - lo > 2 else hi + 13
     if spec.layout == "sequences":  # head shapes must stay valid: only lengths and pages are held out
-        from tik_agent.spec import sequences
-
         dims = sequences.hidden_dims(spec, dims_combinations(spec)[0])
     m = max(b for b in spec.parity.batch_sizes) + 2
     m |= 1
@@ -296,10 +276,6 @@ MAX_BATCH = {"cpu": 8193, "cuda": 1 << 17}
 def largest_batch(spec: KernelSpec, device: str) -> int:
     """The largest M the fixed grid and the device's workload use."""
     return max([*spec.parity.batch_sizes, *(c.m for c in spec.workload_for(device))])
-
-
-def smallest_dims(spec: KernelSpec) -> dict[str, int]:
-    return {name: min(values) for name, values in spec.dims.items()}
 
 
 def fp32_first(spec: KernelSpec) -> list[str]:

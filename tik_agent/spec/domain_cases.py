@@ -42,7 +42,8 @@ import math
 import random
 from typing import Mapping
 
-from tik_agent.spec.cases import Case, extra_case, fp32_first, smallest_dims, unique
+from tik_agent.spec.cases import Case, extra_case, fp32_first, unique
+from tik_agent.spec.dims import smallest_dims
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.spec.views import LAYOUTS

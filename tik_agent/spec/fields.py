@@ -111,3 +111,14 @@ def check_dtype(path: Path, where: str, value: Any) -> str:
     return value
 
 
+def resolve_shape(shape: tuple[str | int, ...], m: int, dims: Mapping[str, int]) -> tuple[int, ...]:
+    """A declared shape's sizes: the batch dimension is ``m``, a named dimension its value."""
+    out = []
+    for d in shape:
+        if d == BATCH_DIM:
+            out.append(m)
+        elif isinstance(d, str):
+            out.append(dims[d])
+        else:
+            out.append(d)
+    return tuple(out)

@@ -87,49 +87,21 @@ from typing import Any, Mapping
 
 from tik_agent import pyparse
 from tik_agent.errors import SpecError
-from tik_agent.spec.layouts import (
-    SequenceSpec, check_role, check_sequence_spec, derived_dims, parse_layout, parse_sequences,
-)
+from tik_agent.spec.backward import BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward
 from tik_agent.spec.domain import Domain, parse_domain
+from tik_agent.spec.fields import (
+    BATCH_DIM, FLOAT_DTYPES, FieldReader, check_choice_list, check_identifier, check_int_list, field_error, read_text,
+)
+from tik_agent.spec.inputs import InputSpec, parse_inputs
+from tik_agent.spec.layouts import SequenceSpec, check_sequence_spec, derived_dims, parse_layout, parse_sequences
 from tik_agent.spec.outputs import OutputSpec, parse_outputs
 from tik_agent.spec.regimes import REGIMES
+from tik_agent.spec.tunables import parse_entry
 from tik_agent.spec.workload import WorkloadCell, parse_workload
-from tik_agent.spec.backward import (
-    BackwardSpec, check_backward_source, grad_inputs, grad_outputs, parse_backward,
-)
-from tik_agent.spec.fields import (
-    BATCH_DIM, CASE_DTYPE, FLOAT_DTYPES, INT_DTYPES, FieldReader, check_choice_list, check_dtype, check_identifier,
-    check_int_list, check_shape, field_error, read_text,
-)
 
 SPEC_FILE = "spec.toml"
 
 Scalar = int | float | bool | str
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One positional argument of the entry."""
-
-    name: str
-    shape: tuple[str | int, ...]
-    dtype: str
-    high: str | int | None = None
-    role: str | None = None  # sequences layout only
-
-    @property
-    def batched(self) -> bool:
-        return bool(self.shape) and self.shape[0] == BATCH_DIM
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype == CASE_DTYPE or self.dtype in FLOAT_DTYPES + ("float64",)
-
-    def resolve_dtype(self, case_dtype: str) -> str:
-        return case_dtype if self.dtype == CASE_DTYPE else self.dtype
-
-    def resolve_shape(self, m: int, dims: Mapping[str, int]) -> tuple[int, ...]:
-        return resolve_shape(self.shape, m, dims)
 
 
 @dataclass(frozen=True)
@@ -197,18 +169,6 @@ class KernelSpec:
         return f"{self.entry}({', '.join(params)})"
 
 
-def resolve_shape(shape: tuple[str | int, ...], m: int, dims: Mapping[str, int]) -> tuple[int, ...]:
-    out = []
-    for d in shape:
-        if d == BATCH_DIM:
-            out.append(m)
-        elif isinstance(d, str):
-            out.append(dims[d])
-        else:
-            out.append(d)
-    return tuple(out)
-
-
 def load_spec(directory: Path | str) -> KernelSpec:
     """Read and validate ``directory/spec.toml`` and the files it names."""
     directory = Path(directory)
@@ -244,7 +204,7 @@ def load_spec(directory: Path | str) -> KernelSpec:
 
     dims = _parse_dims(path, top.table_of("dims", {}))
     sequences = parse_sequences(path, top.table_of("sequences", None), layout, dims)
-    inputs = _parse_inputs(path, top.get("inputs", list), dims, layout)
+    inputs = parse_inputs(path, top.get("inputs", list), dims, layout)
     kwargs = dict(top.table_of("kwargs", {}))
     for key, value in kwargs.items():
         check_identifier(path, f"kwargs.{key}", key)
@@ -296,41 +256,6 @@ def _parse_dims(path: Path, table: Mapping[str, Any]) -> dict[str, tuple[int, ..
     return dims
 
 
-def _parse_inputs(path: Path, items: list, dims: Mapping[str, Any], layout: str) -> tuple[InputSpec, ...]:
-    if not items:
-        raise field_error(path, "inputs", "expected at least one [[inputs]] table")
-    seen: set[str] = set()
-    inputs = []
-    for i, raw in enumerate(items):
-        where = f"inputs[{i}]"
-        if not isinstance(raw, dict):
-            raise field_error(path, where, "expected a table", raw)
-        r = FieldReader(path, raw, where)
-        r.unknown({"name", "shape", "dtype", "high", "role"})
-        name = check_identifier(path, f"{where}.name", r.get("name", str))
-        if name in seen:
-            raise field_error(path, f"{where}.name", "duplicate input name", name)
-        seen.add(name)
-        dtype = check_dtype(path, f"{where}.dtype", r.get("dtype", str))
-        raw_shape = r.get("shape", list, None) if layout == "sequences" else r.get("shape", list)
-        role = check_role(path, where, layout, r.get("role", str, None), dtype, raw_shape)
-        shape = () if raw_shape is None else check_shape(path, f"{where}.shape", raw_shape, dims, derived_dims(layout))
-        high = r.get("high", (str, int), None)
-        if role is not None and high is not None:
-            raise field_error(path, f"{where}.high", "index inputs of the sequences layout take no bound", high)
-        if dtype in INT_DTYPES and role is None:
-            if high is None:
-                raise field_error(path, f"{where}.high", "integer inputs need an upper bound (a dimension name or an integer)")
-            if isinstance(high, str) and high not in dims:
-                raise field_error(path, f"{where}.high", "unknown dimension", high)
-            if isinstance(high, int) and high < 1:
-                raise field_error(path, f"{where}.high", "expected a positive integer", high)
-        elif high is not None:
-            raise field_error(path, f"{where}.high", "only integer inputs take a bound", high)
-        inputs.append(InputSpec(name, shape, dtype, high, role))
-    return tuple(inputs)
-
-
 def _parse_parity(path: Path, table: Mapping[str, Any]) -> ParityGrid:
     r = FieldReader(path, table, "parity")
     r.unknown({"batch_sizes", "dtypes", "seeds", "regimes", "subbatches"})
@@ -370,8 +295,6 @@ def _parse_tolerances(path: Path, table: Mapping[str, Any], dtypes: tuple[str, .
 
 
 def _parse_tunables(path: Path, table: Mapping[str, Any]) -> tuple[dict, dict]:
-    from tik_agent.spec.tunables import parse_entry
-
     tunables, safe_on = {}, {}
     for key, entry in table.items():
         where = f"tunables.{key}"

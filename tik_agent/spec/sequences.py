@@ -29,7 +29,10 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tik_agent.spec.schema import KernelSpec, resolve_shape
+from tik_agent.spec.dims import dims_combinations, smallest_dims
+from tik_agent.spec.fields import resolve_shape
+from tik_agent.spec.input_layout import place
+from tik_agent.spec.schema import KernelSpec
 
 # Slots a sequence does not own hold this garbage, by launch: NaN in some
 # launches, huge finite values in others (a kernel that reads them either
@@ -175,8 +178,6 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
     entry, the upstream gradients follow the inputs, generated per token like them)."""
     import torch
 
-    from tik_agent.spec.cases import place
-
     page = case.dims[spec.sequences.page]
     dtype = getattr(torch, case.dtype)
     where = placement(spec, case, launch)
@@ -295,8 +296,6 @@ def edge_dims(spec: KernelSpec, spans: Mapping, device: str) -> list[dict[str, i
     """The domain's edges in this layout: heads at the grid's smallest combination but for the
     head counts' extremes; context, chunk and page each at their smallest, then at the
     largest ``device`` judges."""
-    from tik_agent.spec.cases import smallest_dims
-
     seq = spec.sequences
     low = {name: int(s.values[0] if s.values else s.low) for name, s in spans.items()}
     heads = smallest_dims(spec)
@@ -335,8 +334,6 @@ def _fit_ratios(spec: KernelSpec, dims: dict[str, int], pinned: str | None = Non
 
 def drawn_dims(spec: KernelSpec, rng, near) -> dict[str, int]:
     """A drawn case's dims: heads from the grid, context, chunk and page near powers of two."""
-    from tik_agent.spec.cases import dims_combinations
-
     seq = spec.sequences
     spans = spec.domain.dims
     dims = dict(rng.choice(dims_combinations(spec)))
