@@ -60,9 +60,8 @@ def out(tmp_path) -> Path:
 
 
 @pytest.fixture
-def logged(caplog, monkeypatch):
-    """The builder's log records, even after a CLI test stopped tik_agent's logger propagating."""
-    monkeypatch.setattr(logging.getLogger("tik_agent"), "propagate", True)
+def logged(caplog):
+    """The builder's log records."""
     caplog.set_level(logging.INFO, logger="tik_agent")
     return caplog
 

@@ -100,22 +100,42 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+@contextlib.contextmanager
+def _logging_to_stderr():
+    """The package logger shows a command's records on stderr while the command runs: the
+    CLI adds its own handler and sets the logger's level (INFO; ``--verbose``: DEBUG), and
+    at the end removes that handler alone and restores the level.  Other handlers and
+    propagation are the library user's and are left as they are."""
+    handler = RichHandler(console=err_console, show_path=False, show_time=False) if err_console.is_terminal else _StderrHandler()
+    if not err_console.is_terminal:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("tik_agent")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail."),
 ) -> None:
-    handler = RichHandler(console=err_console, show_path=False, show_time=False) if err_console.is_terminal else _StderrHandler()
-    if not err_console.is_terminal:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger("tik_agent")
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    logger.propagate = False
+    if verbose:
+        logging.getLogger("tik_agent").setLevel(logging.DEBUG)  # restored by _logging_to_stderr
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code (tests call this in-process)."""
+    with _logging_to_stderr():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name=PROG)  # standalone: typer reports its own usage errors (exit 2)
     except SystemExit as exc:
