@@ -186,7 +186,8 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
     from tik_agent.cli.eval_commands import render
     from tik_agent.judge.records import Verdict
     from tik_agent.run import rundir
-    from tik_agent.run.journal import AttemptOutcome, finished_records
+    from tik_agent.outcomes import Outcome
+    from tik_agent.run.journal import finished_records
     from tik_agent.run.runconfig import RunConfig
     from tik_agent.search.briefing import Briefing
     from tik_agent.search.frontier import Member
@@ -205,7 +206,7 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
     finally:
         session.close()
     # Still rejected, for its own reason, with the escapes visible and newline and tab kept.
-    assert record.outcome is AttemptOutcome.RUNTIME_ERROR, record.reason
+    assert record.outcome is Outcome.RUNTIME_ERROR, record.reason
     assert record.reason.startswith("runtime error in case ") and "ValueError: bad shape" in record.reason
     assert "\\x1b[32mpassed\\x1b[0m" in record.reason and "\\x1b]52;c;" in record.reason
     assert "\\u202eevil" in record.reason and "\\ud800" in record.reason

@@ -34,7 +34,8 @@ from tik_agent.errors import TikError, UsageError
 from tik_agent.judge.auditcache import AuditFiles
 from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, sha256_file
 from tik_agent.judge.seedaudit import audit_seed
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState
+from tik_agent.run.journal import AttemptRecord, AttemptStore, Journal, ResumeState
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
                                LineageWriter, format_trailers)
 from tik_agent.run.runconfig import RunConfig, is_run_dir
@@ -289,7 +290,7 @@ def restored_record(session: Session, commit: str) -> AttemptRecord:
     evaluation = json.loads(lineage.file_at(commit, EVALUATION_FILE))
     return AttemptRecord(
         attempt_id=attempt, index=int(attempt[1:]), parent_commit=parent, parent_id=parent_id,
-        outcome=AttemptOutcome.ACCEPTED, reason="restored from the lineage after an interruption",
+        outcome=Outcome.ACCEPTED, reason="restored from the lineage after an interruption",
         speedup=float(t["Speedup-Vs-Seed"]), speedup_vs_parent=float(t["Speedup-Vs-Parent"]),
         noise=evaluation.get("noise"), commit=commit, cases_passed=int(passed), cases_total=int(total or 0),
         rationale=session.store.read(attempt, "rationale.txt") or "",

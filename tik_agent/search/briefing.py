@@ -21,9 +21,6 @@ from tik_agent.run.rundir import PROBES_FILE, Session
 from tik_agent.spec.tunables import load_probes, split_for_device
 
 RECENT_OTHERS = 12   # attempts from other parents shown to the agent
-# Outcomes the agent protocol has no name for, and the nearest one it has.
-FEEDBACK_OUTCOME = {"not_faster": "slower", "unconfirmed": "slower", "runtime_error": "compile_error",
-                    "duplicate": "no_code"}
 
 
 def source_diff(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -85,12 +82,11 @@ class Briefing:
         store = self.s.store
         report = store.read(record.attempt_id, "report.json")
         mismatch = json.loads(report).get("first_mismatch") if report else None
-        outcome = FEEDBACK_OUTCOME.get(record.outcome.value, record.outcome.value)
-        feedback = AttemptFeedback(
-            attempt_id=record.attempt_id, parent_id=record.parent_id, outcome=outcome, reason=record.reason,
+        feedback = AttemptFeedback(   # the record's own outcome: the agent is told exactly what happened
+            attempt_id=record.attempt_id, parent_id=record.parent_id, outcome=record.outcome, reason=record.reason,
             rationale=record.rationale or None,
             speedup=record.speedup if record.speedup and record.speedup > 0 else None,
-            compile_error=record.reason if outcome == "compile_error" else None, first_mismatch=mismatch,
+            compile_error=record.reason if record.outcome.is_error else None, first_mismatch=mismatch,
             source_diff=store.read(record.attempt_id, "diff.patch"))
         with self._lock:
             return self._feedback.setdefault(record.attempt_id, feedback)

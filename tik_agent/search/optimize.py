@@ -37,7 +37,8 @@ from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, S
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
 from tik_agent.search.sources import Sources, earlier
 from tik_agent.search.throughput import Throughput
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
+from tik_agent.run.journal import AttemptRecord, RunSummary, attempt_id
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.judge.records import Verdict
 from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, noise_of, outcome_counts, too_noisy
@@ -52,7 +53,7 @@ SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made whil
 
 
 # Outcomes that say the agent had nothing new to offer from a parent (see frontier exhaustion).
-_NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
+_NOTHING_NEW = (Outcome.NO_CODE, Outcome.DUPLICATE)
 
 
 class Optimizer:
@@ -94,7 +95,7 @@ class Optimizer:
             if source is not None:
                 self._sources.claim(source, r.attempt_id)
             self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
-            improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
+            improved = r.outcome is Outcome.ACCEPTED and (r.speedup or 0.0) > best
             best = max(best, r.speedup or 0.0) if improved else best
             self._since_improvement = 0 if improved else self._since_improvement + 1
 
@@ -275,7 +276,7 @@ class Optimizer:
                 slot = self.executor.acquire()
                 ticket.slot = f"{slot.name}@{slot.node}"
             verdict = self._evaluations.judge(ticket, record, candidate, parent_file, slot)
-            if record.outcome is AttemptOutcome.ACCEPTED:
+            if record.outcome is Outcome.ACCEPTED:
                 self._promote(ticket, record, verdict, candidate)
             else:
                 self._complete(ticket, record)
@@ -325,7 +326,7 @@ class Optimizer:
         parent_file = s.store.write(aid, "parent.py", context.parent_source)
         record = AttemptRecord(
             attempt_id=aid, index=ticket.index, parent_commit=parent.commit, parent_id=parent.name,
-            outcome=AttemptOutcome.NO_CODE, reason=proposal.error, rationale=proposal.rationale,
+            outcome=Outcome.NO_CODE, reason=proposal.error, rationale=proposal.rationale,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
             agent=self.agent.name, model=self.agent.model, started_at=ticket.started, propose_s=propose_s)
         if not proposal.ok:
@@ -335,7 +336,7 @@ class Optimizer:
         with self._cond:
             same = self._sources.claim(proposal.source, aid)
             if same != aid:
-                record.outcome = AttemptOutcome.DUPLICATE
+                record.outcome = Outcome.DUPLICATE
                 record.reason = f"the same source as {earlier(same, parent.name, self._records)}: not evaluated again"
                 return record, None, parent_file
         return record, candidate, parent_file
@@ -377,7 +378,7 @@ class Optimizer:
         return RunSummary(
             run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model,
             iterations=len(self._records), iterations_limit=cfg.limits.iterations,
-            accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
+            accepted=sum(r.outcome is Outcome.ACCEPTED for r in self._records),
             best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
             input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
             elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
@@ -397,7 +398,7 @@ class Optimizer:
             return Snapshot(
                 run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=self.executor.slots,
                 gauges=gauges(cfg.limits, self._spend()), best=self.frontier.best(),
-                accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
+                accepted=sum(r.outcome is Outcome.ACCEPTED for r in self._records),
                 outcomes=outcome_counts(self._records), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
                 recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
                 paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes(),
