@@ -69,7 +69,7 @@ def optimize(
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
     from tik_agent.agents.factory import check_agent, make_agent
-    from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
+    from tik_agent.search.pool import EXECUTORS, open_executor, require_ray
     from tik_agent.search.interrupts import kill_sandboxes_on_interrupt, stop_on_signals
     from tik_agent.search.optimize import Optimizer
 

@@ -31,7 +31,7 @@ from tik_agent.run.journal import AttemptRecord
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.run.rundir import Session
 from tik_agent.search import promotion
-from tik_agent.search.executor import Slot, SlotLost
+from tik_agent.search.slots import Slot, SlotLost
 from tik_agent.search.promotion import Decision
 from tik_agent.search.throughput import Throughput
 from tik_agent.search.tickets import Ticket

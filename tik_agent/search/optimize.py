@@ -33,7 +33,8 @@ from tik_agent.agents.base import Agent, AgentUnavailable
 from tik_agent.search.briefing import Briefing, source_diff
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
 from tik_agent.search.evaluations import Abandoned, Evaluations
-from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
+from tik_agent.search.executor import LocalExecutor
+from tik_agent.search.slots import Executor, ExecutorFailed, Slot, SlotLost
 from tik_agent.search.frontier import Frontier, Member, attempt_rng
 from tik_agent.search.sources import Sources, earlier
 from tik_agent.search.throughput import Throughput
