@@ -15,7 +15,7 @@ from optimize_helpers import cli as cli_subprocess
 from optimize_helpers import tiny_seed
 
 from tik_agent.cli import run as cli
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.run.runconfig import RunConfig
 
 LONG_LINE = "# " + "a comment that is much longer than any terminal is wide, " * 3 + "[and ends in brackets]"
@@ -150,7 +150,7 @@ def test_runs_shows_a_run_in_progress_as_running_and_a_dead_one_not(made, out, t
     run, _ = made
     copy = tmp_path / "runs" / "copy"
     shutil.copytree(run, copy, symlinks=True)
-    session = rundir.reopen(copy, RunConfig.load(copy))
+    session = setup.reopen(copy, RunConfig.load(copy))
     try:
         text, _ = out("runs", str(copy.parent))
         assert f"running (pid {os.getpid()})" in text

@@ -12,12 +12,12 @@ import time
 import pytest
 from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent
 
-from tik_agent.search import optimize as optimize_mod
-from tik_agent.run import rundir
+from tik_agent.search import scheduler as scheduler_mod
+from tik_agent.search import setup
 from tik_agent.agents.base import AgentUnavailable, Proposal, Usage
 from tik_agent.cli import run as cli
 from tik_agent.cli.view_commands import _last_verdict
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
 from tik_agent.run.journal import Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
@@ -33,7 +33,7 @@ CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-
 
 def optimize(path, agent, workers=None, executor=None, **limits):
     config = RunConfig.load(path).extended(limits=limits, workers=workers)
-    session = rundir.reopen(path, config)
+    session = setup.reopen(path, config)
     try:
         optimizer = Optimizer(session, agent, executor=executor)
         return optimizer.run()
@@ -108,7 +108,9 @@ def test_promotion_and_the_run_on_disk(run):
     # what the agent was told
     assert sorted(c.attempt_index for c in agent.contexts) == [0, 1, 2, 3, 4]
     last = max(agent.contexts, key=lambda c: c.attempt_index)
-    assert all(f.outcome in ("accepted", "parity_failed", "no_code", "slower") for f in last.recent)
+    # each outcome exactly as recorded (not_faster and duplicate too), not translated
+    recorded = {r.attempt_id: r.outcome for r in finished_records(run)}
+    assert last.recent and all(f.outcome is recorded[f.attempt_id] for f in last.recent)
     assert any(f.outcome == "accepted" for f in last.recent)
     assert last.timing_table and last.device.startswith("CPU")
 
@@ -174,7 +176,7 @@ def test_two_workers_evaluate_in_parallel(run):
 def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     agent = ScriptedAgent([FASTER, *NEUTRAL])
     config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=None)
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     optimizer = Optimizer(session, agent)
 
     def interrupt_when_evaluating():
@@ -199,7 +201,7 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     assert time.monotonic() - interrupted_at[0] < 15
     assert kill_sandboxes() == 0  # nothing left running
     assert summary.iterations == 0 and RunSummary.load(run).stop_reason == "interrupted"
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         assert session.redo == ["a0001", "a0002"]  # the one evaluating, the one waiting for a slot
         assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()
@@ -209,7 +211,7 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
 
 
 def test_an_unavailable_agent_pauses_then_stops(run, monkeypatch):
-    monkeypatch.setattr(optimize_mod, "AGENT_RETRY_S", (0.1, 0.1))
+    monkeypatch.setattr(scheduler_mod, "AGENT_RETRY_S", (0.1, 0.1))
 
     class Flaky(ScriptedAgent):
         calls = 0

@@ -15,7 +15,7 @@ from tik_agent.outcomes import Outcome
 from tik_agent.run.journal import AttemptRecord, AttemptStore, Journal, ResumeState
 from tik_agent import figures
 from tik_agent.search.promotion import Decision, confirm, screen, seed_is_parent, unresolved
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
 from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings, parse_duration
 
 

@@ -185,7 +185,7 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
     from tik_agent.cli import run as cli
     from tik_agent.cli.eval_commands import render
     from tik_agent.judge.records import Verdict
-    from tik_agent.run import rundir
+    from tik_agent.search import setup
     from tik_agent.outcomes import Outcome
     from tik_agent.run.journal import finished_records
     from tik_agent.run.runconfig import RunConfig
@@ -195,7 +195,7 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
 
     caplog.set_level(logging.DEBUG, logger="tik_agent")
     agent = _WholeFile((CORPUS / "control_chars.py").read_text())
-    session = rundir.reopen(run, RunConfig.load(run).extended(limits={"iterations": 2}, workers=None))
+    session = setup.reopen(run, RunConfig.load(run).extended(limits={"iterations": 2}, workers=None))
     try:
         Optimizer(session, agent).run()
         records = finished_records(run)
