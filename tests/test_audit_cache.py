@@ -32,7 +32,7 @@ from tik_agent.spec.schema import load_spec
 pytestmark = pytest.mark.slow  # the module's fixture audits the tiny seed (runs are created throughout)
 
 # The seed's outputs and its audit, where a run's creation calls them: (module, name).
-COMPUTATIONS = ((rundir, "compute_reference"), (seedaudit, "compute_reference"), (seedaudit, "evaluate"))
+COMPUTATIONS = ((setup, "compute_reference"), (seedaudit, "compute_reference"), (seedaudit, "evaluate"))
 
 
 class Recomputed(Exception):
