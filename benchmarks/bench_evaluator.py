@@ -16,7 +16,7 @@ price of isolation and integrity checks.  Medians over --repeat runs.
     .venv/bin/python benchmarks/bench_evaluator.py --second-run [--seeds rmsnorm] [--repeat 3]
 
 measures instead the start of a run of a seed that an earlier run already
-audited: ``rundir.create`` (the seed's outputs, its audit, the root commit)
+audited: ``setup.create`` (the seed's outputs, its audit, the root commit)
 with ``fresh_audit`` ("before": what every start cost before the audit cache)
 and without it, finding the audit in the cache ("after").  Both use a
 temporary cache, which the first "before" fills; the two alternate.
@@ -47,7 +47,8 @@ from tik_agent.judge.literals import batch_sizes_around, compared_literals  # no
 from tik_agent.judge.plan import per_evaluation_cases  # noqa: E402
 from tik_agent.spec.cases import make_inputs, workload_case  # noqa: E402
 from tik_agent.spec.grid import evaluation_cases  # noqa: E402
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate  # noqa: E402
+from tik_agent.judge.evaluate import compute_reference, evaluate  # noqa: E402
+from tik_agent.judge.options import EvalOptions  # noqa: E402
 from tik_agent.sandbox.harness import Runner, load_entry  # noqa: E402
 from tik_agent.spec.seeds import resolve  # noqa: E402
 
@@ -89,7 +90,7 @@ def full(spec, rounds: int, warmup: int) -> float:
 
 def run_start(spec, workdir: Path, name: str, rounds: int, warmup: int, fresh_audit: bool) -> float:
     from tik_agent.backends import device as devices
-    from tik_agent.run import rundir
+    from tik_agent.search import setup
     from tik_agent.run.runconfig import Limits, RunConfig
 
     config = RunConfig(run_id=name, seed_name=spec.name, seed_source=str(spec.directory), agent="offline",
@@ -97,7 +98,7 @@ def run_start(spec, workdir: Path, name: str, rounds: int, warmup: int, fresh_au
                        eval_timeout_s=None, workers=1, limits=Limits(),
                        binding=devices.binding(devices.environment("cpu")))
     start = time.perf_counter()
-    rundir.create(workdir / name, config, fresh_audit=fresh_audit).close()
+    setup.create(workdir / name, config, fresh_audit=fresh_audit).close()
     return time.perf_counter() - start
 
 

@@ -38,7 +38,8 @@ def start(code: str, iso) -> float:
 
 
 def reference(iso) -> float:
-    from tik_agent.judge.evaluate import EvalOptions, compute_reference
+    from tik_agent.judge.evaluate import compute_reference
+    from tik_agent.judge.options import EvalOptions
     from tik_agent.spec.grid import evaluation_cases
     from tik_agent.spec.seeds import resolve
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from tik_agent.backends import device as devices
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.agents.offline import OfflineAgent
 from tik_agent.run.journal import finished_records
 from tik_agent.search.executor import EXECUTORS, open_executor
@@ -77,7 +77,7 @@ def bench(template: Path, work: Path, workers: int, iterations: int, executor: s
     path = work / f"workers-{workers}"
     shutil.copytree(template, path)
     config = RunConfig.load(path).extended(limits={"iterations": iterations}, workers=workers)
-    session = rundir.reopen(path, config)
+    session = setup.reopen(path, config)
     pool, started = None, time.time()
     try:
         pool = open_executor(executor, session, workers=workers)
@@ -122,7 +122,7 @@ def main() -> None:
                        workers=1, limits=Limits(iterations=args.iterations), binding=devices.binding(env),
                        created=utc_now())
     start = time.time()
-    rundir.create(work / "template", config).close()
+    setup.create(work / "template", config).close()
     print(f"{args.seed}{' (small)' if args.small else ''}: set-up (seed outputs and audit) {time.time() - start:.1f} s")
     results = [bench(work / "template", work, w, args.iterations, args.executor) for w in args.workers]
     print(f"executor {args.executor}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seedutil import copy_seed, edit, shrink_grid
 from shared import built_once
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import LineageWriter, format_trailers
 
 SEED_FILES = ("kernel.py", "spec.toml", "reference.py")
@@ -31,7 +31,8 @@ def make_run(base: Path, variants: tuple[str, ...] = ("4",), device: str = "cpu"
     run that accepted nothing.
     """
     from tik_agent.backends import device as devices
-    from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+    from tik_agent.judge.evaluate import compute_reference, evaluate
+    from tik_agent.judge.options import EvalOptions
     from tik_agent.spec.schema import load_spec
 
     base.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from shared import built_once, content_key
 
 from tik_agent.backends import device as devices
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.agents.base import AgentContext, Proposal, Usage
 from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings
 from tik_agent.spec.seeds import BUNDLED_DIR
@@ -126,6 +126,6 @@ def template_run(name: str = "template", **config) -> Path:
     yet: made once per test session (both xdist workers), copied by whoever needs one."""
     def build(base: Path) -> None:
         seed = tiny_seed(base)
-        rundir.create(base / "run", dataclasses.replace(tiny_config(seed, "run"), **config)).close()
+        setup.create(base / "run", dataclasses.replace(tiny_config(seed, "run"), **config)).close()
 
     return built_once(f"{name}-{content_key(BUNDLED_DIR / 'rmsnorm', TINY_WORKLOAD, config)}", build) / "run"

@@ -85,8 +85,9 @@ def test_check_seed_catches_a_batch_variant_second_output(tmp_path, device):
 
 def test_eval_judges_the_second_output_on_its_own_bits(tmp_path):
     from seedutil import copy_seed, edit
-    from tik_agent.judge.evaluate import EvalOptions, evaluate
-    from tik_agent.judge.records import Outcome
+    from tik_agent.judge.evaluate import evaluate
+    from tik_agent.judge.options import EvalOptions
+    from tik_agent.outcomes import Outcome
 
     spec = load_spec(_small(tmp_path / "seed"))
     candidate = copy_seed("add_rmsnorm", tmp_path / "candidate") / "kernel.py"

@@ -16,8 +16,9 @@ import pytest
 from seedutil import corpus_rmsnorm
 from shared import cached_reference
 from tik_agent.judge import phases
-from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
-from tik_agent.judge.records import Outcome
+from tik_agent.judge.evaluate import evaluate_sandboxed
+from tik_agent.judge.options import EvalOptions
+from tik_agent.outcomes import Outcome
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 

@@ -6,9 +6,10 @@ import pytest
 
 from attention_seed import BACKWARD_CONTROLS, apply_backward_control, small_attention_backward
 from shared import cached_reference
-from tik_agent.judge.evaluate import EvalOptions, evaluate
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.bitcheck import Check
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.seedcheck import check_seed
 from tik_agent.spec.cases import parity_cases
 from tik_agent.spec.schema import load_spec

@@ -25,13 +25,14 @@ import tik_agent
 from tik_agent.judge import seedaudit
 from tik_agent.judge.auditcache import CACHE_ENV, RECORD, AuditCache, AuditFiles, AuditKey, cache_root
 from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.run.lineage import EVALUATION_FILE, open_run
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # the module's fixture audits the tiny seed (runs are created throughout)
 
 # The seed's outputs and its audit, where a run's creation calls them: (module, name).
-COMPUTATIONS = ((rundir, "compute_reference"), (seedaudit, "compute_reference"), (seedaudit, "evaluate"))
+COMPUTATIONS = ((setup, "compute_reference"), (seedaudit, "compute_reference"), (seedaudit, "evaluate"))
 
 
 class Recomputed(Exception):
@@ -69,7 +70,7 @@ def audited(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_ENV, str(base / "cache"))
         calls = count_computations(patch)
-        rundir.create(base / "first", tiny_config(seed, "first")).close()
+        setup.create(base / "first", tiny_config(seed, "first")).close()
     return SimpleNamespace(seed=seed, cache=base / "cache", first=base / "first", calls=dict(calls))
 
 
@@ -92,7 +93,7 @@ def test_a_second_run_reuses_the_first_runs_audit(audited, cache, seed, tmp_path
     [entry] = entries(cache)
     refuse_to_compute(monkeypatch)
     caplog.set_level(logging.INFO, logger="tik_agent")
-    rundir.create(tmp_path / "second", tiny_config(seed, "second")).close()
+    setup.create(tmp_path / "second", tiny_config(seed, "second")).close()
     assert f"reusing the seed's audit from {entry} (same seed, spec, grid, device and versions" in caplog.text
     assert "auditing the seed" not in caplog.text
     second, first = tmp_path / "second", audited.first
@@ -131,23 +132,23 @@ def test_a_change_of_what_the_audit_depends_on_misses(change, cache, seed, tmp_p
     config = CHANGES[change](seed, config, monkeypatch) or config
     refuse_to_compute(monkeypatch)
     if change == "unchanged":  # the control: the same seed, settings and versions hit
-        rundir.create(tmp_path / "run", config).close()
+        setup.create(tmp_path / "run", config).close()
         return
     with pytest.raises(Recomputed):
-        rundir.create(tmp_path / "run", config)
+        setup.create(tmp_path / "run", config)
 
 
 def test_fresh_audit_recomputes_even_on_a_hit(cache, seed, tmp_path, monkeypatch):
     refuse_to_compute(monkeypatch)
     with pytest.raises(Recomputed):
-        rundir.create(tmp_path / "run", tiny_config(seed, "run"), fresh_audit=True)
-    rundir.create(tmp_path / "control", tiny_config(seed, "control")).close()  # the same, without it, hits
+        setup.create(tmp_path / "run", tiny_config(seed, "run"), fresh_audit=True)
+    setup.create(tmp_path / "control", tiny_config(seed, "control")).close()  # the same, without it, hits
 
 
 def test_fresh_audit_on_resuming_a_made_run_only_warns(audited, cache, tmp_path, monkeypatch, caplog):
     run = shutil.copytree(audited.first, tmp_path / "run", symlinks=True)
     refuse_to_compute(monkeypatch)
-    rundir.reopen(run, tiny_config(audited.seed, "first"), fresh_audit=True).close()
+    setup.reopen(run, tiny_config(audited.seed, "first"), fresh_audit=True).close()
     assert "the seed's audit is already committed; --fresh-audit changes nothing here" in caplog.text
 
 
@@ -185,7 +186,7 @@ def test_a_corrupt_entry_is_recomputed_with_a_warning(corrupt, cache, seed, tmp_
     corrupt(entry)
     refuse_to_compute(monkeypatch)
     with pytest.raises(Recomputed):
-        rundir.create(tmp_path / "run", tiny_config(seed, "run"))
+        setup.create(tmp_path / "run", tiny_config(seed, "run"))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(f"the cached audit {entry} is unusable" in w for w in warnings), warnings
     # Nothing of the entry is left in the run to be trusted half-way.
@@ -197,7 +198,7 @@ def test_storing_replaces_a_corrupt_entry_whole(audited, cache, tmp_path):
     [entry] = entries(cache)
     _garbage_reference(entry)
     config = tiny_config(audited.seed, "first")
-    key = AuditKey.of(load_spec(audited.first), rundir.eval_options(config), config.binding)
+    key = AuditKey.of(load_spec(audited.first), setup.eval_options(config), config.binding)
     assert key.digest == entry.name
     first = AuditFiles(audited.first / rundir.REFERENCE_CACHE, audited.first / EVALUATION_FILE)
     assert AuditCache(cache).store(key, first) == entry
@@ -215,7 +216,7 @@ def test_the_cache_root_follows_the_environment(tmp_path):
 
 def test_a_new_cache_root_is_private(audited, tmp_path):
     root = tmp_path / "new" / "cache"
-    key = AuditKey.of(load_spec(audited.first), rundir.eval_options(tiny_config(audited.seed, "x")), {"device": "cpu"})
+    key = AuditKey.of(load_spec(audited.first), setup.eval_options(tiny_config(audited.seed, "x")), {"device": "cpu"})
     AuditCache(root).store(key, AuditFiles(audited.first / rundir.REFERENCE_CACHE, audited.first / EVALUATION_FILE))
     assert root.stat().st_mode & 0o777 == 0o700
 

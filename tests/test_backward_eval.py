@@ -5,8 +5,9 @@ import pytest
 from conftest import DEVICE
 from seedutil import edit, small_rmsnorm
 from shared import cached_reference
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate, evaluate_sandboxed
-from tik_agent.judge.records import Outcome
+from tik_agent.judge.evaluate import compute_reference, evaluate, evaluate_sandboxed
+from tik_agent.judge.options import EvalOptions
+from tik_agent.outcomes import Outcome
 from tik_agent.sandbox.static import check_source
 from tik_agent.spec.schema import load_spec
 

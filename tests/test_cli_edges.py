@@ -15,7 +15,7 @@ from optimize_helpers import cli as cli_subprocess
 from optimize_helpers import tiny_seed
 
 from tik_agent.cli import run as cli
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.run.runconfig import RunConfig
 
 LONG_LINE = "# " + "a comment that is much longer than any terminal is wide, " * 3 + "[and ends in brackets]"
@@ -150,7 +150,7 @@ def test_runs_shows_a_run_in_progress_as_running_and_a_dead_one_not(made, out, t
     run, _ = made
     copy = tmp_path / "runs" / "copy"
     shutil.copytree(run, copy, symlinks=True)
-    session = rundir.reopen(copy, RunConfig.load(copy))
+    session = setup.reopen(copy, RunConfig.load(copy))
     try:
         text, _ = out("runs", str(copy.parent))
         assert f"running (pid {os.getpid()})" in text
@@ -260,13 +260,14 @@ def test_a_seed_importing_numpy_is_refused_by_check_seed_and_optimize(tmp_path, 
 
 @pytest.mark.slow  # the module's optimize run, or a refused one
 def test_export_of_a_rejected_attempt_names_its_outcome(made, out, tmp_path):
-    from tik_agent.run.journal import AttemptOutcome, AttemptRecord, Journal
+    from tik_agent.outcomes import Outcome
+    from tik_agent.run.journal import AttemptRecord, Journal
 
     run, _ = made
     copy = tmp_path / "copy"
     shutil.copytree(run, copy, symlinks=True)
     rejected = AttemptRecord(attempt_id="a0003", index=3, parent_commit="0" * 40, parent_id="seed",
-                             outcome=AttemptOutcome.PARITY_FAILED, reason="bits differ in case par:M=3")
+                             outcome=Outcome.PARITY_FAILED, reason="bits differ in case par:M=3")
     Journal(copy).append("finished", record=rejected.to_dict(), t=0.0)
     _, err = out("export", str(copy), "--commit", "a0003", "--out", str(tmp_path / "d"), code=2)
     assert "attempt a0003 was rejected: parity_failed (bits differ in case par:M=3)" in err

@@ -216,14 +216,14 @@ def test_ctrl_c_in_any_command_says_which(out, monkeypatch):
 
 
 def test_ctrl_c_while_a_run_is_made_prints_the_resume_command(tmp_path, out, monkeypatch):
-    from tik_agent.run import rundir
+    from tik_agent.search import setup
 
     def interrupted(path, config, fresh_audit=False):
         path.mkdir(parents=True)
         config.save(path)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rundir, "create", interrupted)
+    monkeypatch.setattr(setup, "create", interrupted)
     target = tmp_path / "new run"
     _, err = out("optimize", str(tiny_seed(tmp_path)), "--agent", "offline", "--run-dir", str(target), code=130)
     assert f"continue it with: tik-agent optimize --resume '{target}'" in err
@@ -299,7 +299,8 @@ def test_a_missing_directory_is_worded_the_same_by_every_view(tmp_path, out):
 
 def test_case_counts_say_fixed_and_what_an_evaluation_adds(capsys):
     from tik_agent.cli.eval_commands import render
-    from tik_agent.judge.records import Outcome, Verdict
+    from tik_agent.judge.records import Verdict
+    from tik_agent.outcomes import Outcome
     from tik_agent.spec.cases import count_text
 
     assert count_text(["grid"] * 54 + ["hidden"] * 4 + ["above-grid"] * 3) == "61 fixed parity cases"

@@ -18,7 +18,8 @@ def test_cuda_event_timer_measures_and_returns():
 
 @pytest.mark.parametrize("name", ["rmsnorm", "logprobs", "matmul", "add_rmsnorm", "attention"])
 def test_seed_against_itself_on_cuda(name):
-    from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.judge.evaluate import evaluate
+    from tik_agent.judge.options import EvalOptions
     from tik_agent.spec.seeds import resolve
 
     spec = resolve(name)
@@ -31,8 +32,9 @@ def test_seed_against_itself_on_cuda(name):
 
 
 def test_batch_variant_candidate_is_caught_on_cuda(tmp_path):
-    from tik_agent.judge.evaluate import EvalOptions, evaluate
-    from tik_agent.judge.records import Outcome
+    from tik_agent.judge.evaluate import evaluate
+    from tik_agent.judge.options import EvalOptions
+    from tik_agent.outcomes import Outcome
     from tik_agent.spec.seeds import resolve
 
     spec = resolve("rmsnorm")

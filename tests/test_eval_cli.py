@@ -5,8 +5,9 @@ import json
 import pytest
 
 from tik_agent import cli
-from tik_agent.judge.evaluate import EvalOptions, evaluate
-from tik_agent.judge.records import Outcome
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.judge.options import EvalOptions
+from tik_agent.outcomes import Outcome
 from tik_agent.spec.seeds import resolve
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter

@@ -12,8 +12,9 @@ import pytest
 
 from seedutil import SMALL_RMSNORM_EDITS, copy_seed, edit, small_rmsnorm
 from shared import cached_reference
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
-from tik_agent.judge.records import Outcome
+from tik_agent.judge.evaluate import compute_reference, evaluate
+from tik_agent.judge.options import EvalOptions
+from tik_agent.outcomes import Outcome
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter

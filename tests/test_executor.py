@@ -12,9 +12,10 @@ from tik_agent.errors import UsageError
 from tik_agent.errors import SpecError
 from tik_agent.judge import evaluate as evaluate_mod
 from tik_agent.judge import workerbox as workerbox_mod
-from tik_agent.judge.evaluate import EvalOptions, evaluate
-from tik_agent.judge.records import Outcome
-from tik_agent.run import rundir
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.judge.options import EvalOptions
+from tik_agent.outcomes import Outcome
+from tik_agent.search import setup
 from tik_agent.run.journal import finished_records
 from tik_agent.run.runconfig import RunConfig
 from tik_agent.sandbox.process import SandboxResult
@@ -150,7 +151,7 @@ def test_an_attempt_is_evaluated_and_confirmed_on_one_gpu(run):
         return evaluate(spec, candidate, options, reference=reference, parent=parent)
 
     config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=2)
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         ex = LocalExecutor("cuda", 2, environ={"CUDA_VISIBLE_DEVICES": "0,1"}, device_count=never,
                            evaluate_fn=recording)

@@ -18,10 +18,11 @@ from seedutil import small_rmsnorm
 from shared import cached_reference
 from tik_agent.backends.graph_sets import InputSlots, same_bits
 from tik_agent.backends.graph_timer import graph_calls
-from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
+from tik_agent.judge.evaluate import evaluate_sandboxed
+from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.plan import draw_plan
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.sandbox.graphs import REHEARSAL_NAME
 from tik_agent.spec.schema import load_spec
 

@@ -13,7 +13,8 @@ from rich.console import Console
 from tik_agent.backends.graph_timer import (MIN_SAMPLES, CellMeasurement, choose_calls, graph_calls, measure_cell,
                                             round_orders, sets_needed, tensor_bytes)
 from tik_agent.cli import eval_commands
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.timing import stats, weighted_speedup
 
 L2 = 60 * 1024**2

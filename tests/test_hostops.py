@@ -221,7 +221,7 @@ def small_seed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def eval_options():
     from conftest import DEVICE
-    from tik_agent.judge.evaluate import EvalOptions
+    from tik_agent.judge.options import EvalOptions
 
     return EvalOptions(device=DEVICE, timeout_s=120, rounds=1, warmup=0)
 
@@ -239,7 +239,7 @@ def test_sandboxed_evaluation_rejects_host_compute(name, small_seed, eval_option
     """With the static rules bypassed, the worker's mode turns host compute into an integrity failure."""
     import tik_agent.sandbox.static as static
     from tik_agent.judge.evaluate import evaluate
-    from tik_agent.judge.records import Outcome
+    from tik_agent.outcomes import Outcome
 
     monkeypatch.setattr(static, "check_source", lambda *args, **kwargs: [])
     path = next(p for p in RUNTIME if p.stem == name)

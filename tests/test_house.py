@@ -14,15 +14,8 @@ MAX_LINES = 400
 
 # Cycles being taken apart elsewhere, to be removed when that work lands.  Each is one
 # import edge (importer, imported) left out of the graph.
-KNOWN_CYCLES = {
-    # issue 24: executor imports ray_executor in a function (ray is optional) and ray_executor
-    # imports executor back; the loop's split in issue 24 moves what both need.
-    ("tik_agent.search.executor", "tik_agent.search.ray_executor"),
-}
-KNOWN_LONG = {
-    # issue 24: the loop's Optimizer is being split into a scheduler, an attempt pipeline and a ledger.
-    "tik_agent/search/optimize.py",
-}
+KNOWN_CYCLES: set[tuple[str, str]] = set()
+KNOWN_LONG: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -11,7 +11,7 @@ import pytest
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
 from tik_agent.judge.phases import PhaseWatch, read_phase
 from tik_agent.judge.plan import draw_plan, drawn_cases
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 from tik_agent.spec import seeds
@@ -186,7 +186,8 @@ def test_watchdog_kills_the_child_and_says_why(tmp_path):
 
 
 def test_phase_limits_follow_the_seed_and_the_machine_load():
-    from tik_agent.judge.evaluate import EvalOptions, Reference, _phase_limits
+    from tik_agent.judge.evaluate import _phase_limits
+    from tik_agent.judge.options import EvalOptions, Reference
 
     ref = Reference({}, {}, "", [], {"load": 2.0, "parity": 20.0})
     quiet = _phase_limits(EvalOptions(), ref, {"load": 2.0, "parity": 3.0, "digests": 30.0}, 2)

@@ -8,15 +8,16 @@ import time
 import pytest
 from rich.console import Console
 
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import AttemptRecord
 from tik_agent.run.runconfig import Limits
 from tik_agent.search.budget import Spend, gauges
 from tik_agent.search.frontier import Member
 from tik_agent.search.tickets import Snapshot, Ticket
 from tik_agent.view.live import render
 
-OUTCOMES = [AttemptOutcome.ACCEPTED, AttemptOutcome.NOT_FASTER, AttemptOutcome.PARITY_FAILED,
-            AttemptOutcome.REJECTED_STATIC, AttemptOutcome.DUPLICATE]
+OUTCOMES = [Outcome.ACCEPTED, Outcome.NOT_FASTER, Outcome.PARITY_FAILED,
+            Outcome.REJECTED_STATIC, Outcome.DUPLICATE]
 
 
 def snapshot(n_recent: int = 10) -> Snapshot:

@@ -5,7 +5,8 @@ import pytest
 from seedutil import small_rmsnorm
 from tik_agent.agents.base import AgentContext, AttemptFeedback
 from tik_agent.agents.offline import OfflineAgent
-from tik_agent.judge.evaluate import EvalOptions, compute_reference, evaluate
+from tik_agent.judge.evaluate import compute_reference, evaluate
+from tik_agent.judge.options import EvalOptions
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter

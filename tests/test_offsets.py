@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from seedutil import copy_seed, edit
-from tik_agent.judge.evaluate import EvalOptions, evaluate
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.offsets import narrow_offsets, needs_wide_offsets
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import resolve
 

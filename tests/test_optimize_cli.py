@@ -10,7 +10,7 @@ import pytest
 from optimize_helpers import copy_run, tiny_seed
 from rich.console import Console
 
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.agents.offline import OfflineAgent
 from tik_agent.cli import run as cli
 from tik_agent.run.journal import RunSummary, finished_records
@@ -96,7 +96,7 @@ def test_report_writes_png_and_html_without_touching_matplotlib_state(finished, 
 
 
 def test_live_view_renders_a_snapshot(a_copy):
-    session = rundir.reopen(a_copy, RunConfig.load(a_copy))
+    session = setup.reopen(a_copy, RunConfig.load(a_copy))
     try:
         snap = Optimizer(session, OfflineAgent()).snapshot()
     finally:

@@ -12,13 +12,14 @@ import time
 import pytest
 from optimize_helpers import FASTER, NEUTRAL, SAME, WRONG_BITS, ScriptedAgent
 
-from tik_agent.search import optimize as optimize_mod
-from tik_agent.run import rundir
+from tik_agent.search import scheduler as scheduler_mod
+from tik_agent.search import setup
 from tik_agent.agents.base import AgentUnavailable, Proposal, Usage
 from tik_agent.cli import run as cli
 from tik_agent.cli.view_commands import _last_verdict
-from tik_agent.judge.records import Outcome, Verdict
-from tik_agent.run.journal import AttemptOutcome, Journal, RunSummary, finished_records
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.search.optimize import Optimizer
@@ -32,7 +33,7 @@ CONTRACT_TRAILERS = {"Attempt-Id", "Parent-Commit", "Speedup-Vs-Seed", "Speedup-
 
 def optimize(path, agent, workers=None, executor=None, **limits):
     config = RunConfig.load(path).extended(limits=limits, workers=workers)
-    session = rundir.reopen(path, config)
+    session = setup.reopen(path, config)
     try:
         optimizer = Optimizer(session, agent, executor=executor)
         return optimizer.run()
@@ -49,11 +50,11 @@ def test_promotion_and_the_run_on_disk(run):
     summary = optimize(run, agent, iterations=5)
 
     got = outcomes(run)
-    assert got["a0001"] is AttemptOutcome.ACCEPTED
-    assert got["a0002"] is AttemptOutcome.PARITY_FAILED
-    assert got["a0003"] is AttemptOutcome.NO_CODE
-    assert got["a0004"] in (AttemptOutcome.NOT_FASTER, AttemptOutcome.UNCONFIRMED)
-    assert got["a0005"] is AttemptOutcome.DUPLICATE  # the parent itself is not evaluated again
+    assert got["a0001"] is Outcome.ACCEPTED
+    assert got["a0002"] is Outcome.PARITY_FAILED
+    assert got["a0003"] is Outcome.NO_CODE
+    assert got["a0004"] in (Outcome.NOT_FASTER, Outcome.UNCONFIRMED)
+    assert got["a0005"] is Outcome.DUPLICATE  # the parent itself is not evaluated again
 
     # summary.json
     on_disk = json.loads((run / "summary.json").read_text())
@@ -107,7 +108,9 @@ def test_promotion_and_the_run_on_disk(run):
     # what the agent was told
     assert sorted(c.attempt_index for c in agent.contexts) == [0, 1, 2, 3, 4]
     last = max(agent.contexts, key=lambda c: c.attempt_index)
-    assert all(f.outcome in ("accepted", "parity_failed", "no_code", "slower") for f in last.recent)
+    # each outcome exactly as recorded (not_faster and duplicate too), not translated
+    recorded = {r.attempt_id: r.outcome for r in finished_records(run)}
+    assert last.recent and all(f.outcome is recorded[f.attempt_id] for f in last.recent)
     assert any(f.outcome == "accepted" for f in last.recent)
     assert last.timing_table and last.device.startswith("CPU")
 
@@ -173,7 +176,7 @@ def test_two_workers_evaluate_in_parallel(run):
 def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     agent = ScriptedAgent([FASTER, *NEUTRAL])
     config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=None)
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     optimizer = Optimizer(session, agent)
 
     def interrupt_when_evaluating():
@@ -198,7 +201,7 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     assert time.monotonic() - interrupted_at[0] < 15
     assert kill_sandboxes() == 0  # nothing left running
     assert summary.iterations == 0 and RunSummary.load(run).stop_reason == "interrupted"
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         assert session.redo == ["a0001", "a0002"]  # the one evaluating, the one waiting for a slot
         assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()
@@ -208,7 +211,7 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
 
 
 def test_an_unavailable_agent_pauses_then_stops(run, monkeypatch):
-    monkeypatch.setattr(optimize_mod, "AGENT_RETRY_S", (0.1, 0.1))
+    monkeypatch.setattr(scheduler_mod, "AGENT_RETRY_S", (0.1, 0.1))
 
     class Flaky(ScriptedAgent):
         calls = 0
@@ -286,9 +289,9 @@ def test_a_source_from_another_parent_reuses_the_earlier_verdict(run):
     agent = _Steps([neutral, faster, back])
     optimize(run, agent, iterations=3)
     records = {r.attempt_id: r for r in finished_records(run)}
-    assert records["a0002"].outcome is AttemptOutcome.ACCEPTED
+    assert records["a0002"].outcome is Outcome.ACCEPTED
     assert records["a0003"].parent_id == "a0002"
-    assert records["a0003"].outcome is AttemptOutcome.DUPLICATE
+    assert records["a0003"].outcome is Outcome.DUPLICATE
     assert f"a0001 from seed, {records['a0001'].outcome.value}" in records["a0003"].reason
     assert not (run / "attempts" / "a0003" / "report.json").exists()   # no evaluation spent on it
     assert [k.attempt_id for k in open_run(run).accepted()] == ["a0002"]
@@ -303,7 +306,7 @@ def test_a_source_from_another_parent_reuses_the_earlier_verdict(run):
 def test_a_kernel_from_the_seed_is_one_measurement_shown_as_one_figure(run, capsys):
     """The seed is timed once, as the seed: no parent timing, and every view shows one figure."""
     optimize(run, ScriptedAgent([FASTER]), iterations=1)
-    assert outcomes(run) == {"a0001": AttemptOutcome.ACCEPTED}
+    assert outcomes(run) == {"a0001": Outcome.ACCEPTED}
     for name in ("report.json", "confirm.json"):
         verdict = json.loads((run / "attempts" / "a0001" / name).read_text())
         assert not any("parent" in cell for cell in verdict["timing"])   # the seed was not timed twice
@@ -377,7 +380,7 @@ def test_a_verdict_too_noisy_to_rank_is_retimed_with_more_rounds_then_decided(ru
     executor = _FakeExecutor([timed(1.20, 0.40, 1.05), timed(1.30, 0.02, 1.20), timed(1.31, 0.02, 1.21)])
     summary = optimize(run, ScriptedAgent([FASTER]), executor=executor, iterations=1)
     [record] = finished_records(run)
-    assert record.outcome is AttemptOutcome.ACCEPTED and record.retimes == 1 and not record.noisy
+    assert record.outcome is Outcome.ACCEPTED and record.retimes == 1 and not record.noisy
     assert executor.slot.calls == [(5, None), (10, None), (10, None)]   # re-timed with twice the rounds
     assert sorted(p.name for p in (run / "attempts" / "a0001").glob("[rc]*.json")) == [
         "confirm.json", "record.json", "report-2.json", "report.json"]
@@ -400,7 +403,7 @@ def test_a_candidate_still_too_noisy_after_the_retimes_is_not_promoted_and_says_
     finally:
         logger.removeHandler(handler)
     [record] = finished_records(run)
-    assert record.outcome is AttemptOutcome.NOT_FASTER and record.noisy and record.retimes == 2
+    assert record.outcome is Outcome.NOT_FASTER and record.noisy and record.retimes == 2
     assert record.reason.startswith("too noisy to rank: 1.210x ±30% the seed") and "after 2 re-times" in record.reason
     assert [rounds for rounds, _ in executor.slot.calls] == [5, 10, 20]
     warnings = [m for m in handler.messages if m.startswith("a0001: too noisy to rank")]

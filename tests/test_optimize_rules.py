@@ -10,11 +10,12 @@ import pytest
 from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
 from tik_agent.errors import UsageError
 from tik_agent.search.frontier import EXHAUSTED_AFTER, Frontier, Member, attempt_rng
-from tik_agent.run.journal import (AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState,
-                               atomic_write_json)
+from tik_agent.atomicfile import atomic_write_json
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import AttemptRecord, AttemptStore, Journal, ResumeState
 from tik_agent import figures
 from tik_agent.search.promotion import Decision, confirm, screen, seed_is_parent, unresolved
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
 from tik_agent.run.runconfig import Limits, RunConfig, SearchSettings, parse_duration
 
 
@@ -50,14 +51,14 @@ def test_screen_needs_a_gain_over_the_parent_beyond_noise_and_floor(vs_parent, n
     elif expected == "noisy":   # decides nothing: the loop re-times it
         assert d.outcome is None and d.noisy and d.reason.startswith("too noisy to rank")
     else:
-        assert d.outcome is AttemptOutcome.NOT_FASTER and d.reason == expected and not d.noisy
+        assert d.outcome is Outcome.NOT_FASTER and d.reason == expected and not d.noisy
 
 
 def test_a_gain_must_hold_in_every_interleaved_round():
     v = verdict(vs_parent=1.10, noise=0.01)
     v.speedup_vs_parent_low = 0.98
     d = screen(v, floor=0.02)
-    assert d.outcome is AttemptOutcome.NOT_FASTER and "not faster in every round" in d.reason
+    assert d.outcome is Outcome.NOT_FASTER and "not faster in every round" in d.reason
     v.speedup_vs_parent_low = 1.04
     assert screen(v, floor=0.02).outcome is None
 
@@ -66,7 +67,7 @@ def test_a_noisy_verdict_is_decided_by_a_lost_round_but_not_by_the_noise():
     v = verdict(vs_parent=1.20, noise=0.40)
     v.speedup_vs_parent_low = 0.95     # lost a round: decided by the paired rounds, whatever the noise
     d = screen(v, floor=0.05)
-    assert d.outcome is AttemptOutcome.NOT_FASTER and not d.noisy
+    assert d.outcome is Outcome.NOT_FASTER and not d.noisy
     v.speedup_vs_parent_low = 1.02     # won every round, gain within the noise: no decision
     d = screen(v, floor=0.05)
     assert d.outcome is None and d.noisy
@@ -78,9 +79,9 @@ def test_a_confirmation_too_noisy_to_rank_decides_nothing_until_the_retimes_are_
     d = confirm(verdict(vs_parent=1.2, noise=0.3), 0.05)
     assert d.outcome is None and d.noisy and d.reason.startswith("confirming run: too noisy to rank")
     settled = unresolved(d, confirming=True, retimes=2)
-    assert settled.outcome is AttemptOutcome.UNCONFIRMED and settled.noisy
+    assert settled.outcome is Outcome.UNCONFIRMED and settled.noisy
     assert settled.reason.endswith("after 2 re-times; not promoted")
-    assert unresolved(screen(verdict(vs_parent=1.2, noise=0.3), 0.05), False, 1).outcome is AttemptOutcome.NOT_FASTER
+    assert unresolved(screen(verdict(vs_parent=1.2, noise=0.3), 0.05), False, 1).outcome is Outcome.NOT_FASTER
 
 
 def test_a_candidate_from_the_seed_has_one_measurement():
@@ -109,15 +110,15 @@ def test_paired_round_speedups_cancel_drift():
 
 def test_screen_without_parent_timing_is_not_faster():
     v = Verdict(Outcome.PASSED, None, speedup=2.0, speedup_vs_parent=None, noise=0.0)
-    assert screen(v, 0.02).outcome is AttemptOutcome.NOT_FASTER
+    assert screen(v, 0.02).outcome is Outcome.NOT_FASTER
 
 
 def test_confirmation_accepts_or_explains():
-    assert confirm(verdict(vs_parent=1.4), 0.02).outcome is AttemptOutcome.ACCEPTED
+    assert confirm(verdict(vs_parent=1.4), 0.02).outcome is Outcome.ACCEPTED
     unconfirmed = confirm(verdict(vs_parent=1.01), 0.02)
-    assert unconfirmed.outcome is AttemptOutcome.UNCONFIRMED and unconfirmed.reason.startswith("confirming run")
+    assert unconfirmed.outcome is Outcome.UNCONFIRMED and unconfirmed.reason.startswith("confirming run")
     flaky = confirm(verdict(Outcome.PARITY_FAILED, reason="bits differ"), 0.02)
-    assert flaky.outcome is AttemptOutcome.PARITY_FAILED and "bits differ" in flaky.reason
+    assert flaky.outcome is Outcome.PARITY_FAILED and "bits differ" in flaky.reason
 
 
 # --------------------------------------------------------------------------- frontier
@@ -246,13 +247,13 @@ def test_run_config_schema_is_checked(tmp_path):
 # --------------------------------------------------------------------------- journal
 
 
-def record(aid, outcome=AttemptOutcome.NOT_FASTER, **kw):
+def record(aid, outcome=Outcome.NOT_FASTER, **kw):
     return AttemptRecord(attempt_id=aid, index=int(aid[1:]), parent_commit="c0", parent_id="seed",
                          outcome=outcome, **kw)
 
 
 def test_record_round_trip():
-    r = record("a0003", AttemptOutcome.ACCEPTED, speedup=2.5, commit="abc", input_tokens=10)
+    r = record("a0003", Outcome.ACCEPTED, speedup=2.5, commit="abc", input_tokens=10)
     assert AttemptRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r
 
 

@@ -17,9 +17,10 @@ import pytest
 
 from seedutil import edit, small_rmsnorm
 from shared import cached_reference
-from tik_agent.judge.evaluate import EvalOptions, evaluate_sandboxed
+from tik_agent.judge.evaluate import evaluate_sandboxed
+from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.gate import Gate
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE, RESULT_FILE
 from tik_agent.spec.schema import load_spec
 

@@ -16,8 +16,8 @@ from optimize_helpers import FASTER, SAME, WRONG_BITS, ScriptedAgent, cli, popen
 
 from tik_agent.cli.app import run as cli_in_process
 from tik_agent.errors import UsageError
-from tik_agent.judge.records import Outcome
-from tik_agent.run import rundir
+from tik_agent.outcomes import Outcome
+from tik_agent.search import setup
 from tik_agent.run.journal import Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.run.runconfig import RunConfig
@@ -57,7 +57,7 @@ def cluster():
 
 def open_session(path: Path, workers: int = 1, **limits):
     config = RunConfig.load(path).extended(limits=limits, workers=workers)
-    return rundir.reopen(path, config)
+    return setup.reopen(path, config)
 
 
 def write_candidate(session, tmp_path: Path, name: str, edit) -> Path:
@@ -111,7 +111,7 @@ def test_a_node_that_differs_is_named_by_its_field(tmp_path):
 
 
 def test_the_seed_is_unpacked_once_per_node(run, tmp_path):
-    session = rundir.reopen(run, RunConfig.load(run))
+    session = setup.reopen(run, RunConfig.load(run))
     try:
         bundle = SeedBundle.pack(session.spec, session.reference, "cpu")
     finally:
@@ -165,7 +165,7 @@ def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
 
 
 def test_a_node_with_another_environment_is_refused(cluster, run):
-    session = rundir.reopen(run, RunConfig.load(run))
+    session = setup.reopen(run, RunConfig.load(run))
     try:
         bundle = SeedBundle.pack(session.spec, session.reference, "cpu")
         expected = dict(run_environment(session.config.binding), torch="0.0-other")
@@ -237,7 +237,7 @@ def test_ctrl_c_cancels_the_remote_evaluation(cluster, run):
         session.close()
     assert left == [0]  # the remote sandboxes were killed, not left to finish
     assert summary.stop_reason == "interrupted" and summary.iterations == 0 and time.monotonic() - start < 60
-    again = rundir.reopen(run, RunConfig.load(run))
+    again = setup.reopen(run, RunConfig.load(run))
     again.close()
     assert again.redo[:1] == ["a0001"]
 

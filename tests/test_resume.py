@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from optimize_helpers import FASTER, ScriptedAgent, cli, popen_cli, tiny_seed
 
-from tik_agent.run import rundir
+from tik_agent.search import setup
 from tik_agent.run.journal import CRASH_ENV, Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.search.optimize import Optimizer
@@ -131,7 +131,7 @@ def test_ctrl_c_stops_within_seconds_and_resumes(run):
 def test_resume_repairs_main_locks_and_journal(run):
     """The states a kill inside a commit can leave: tag made, main not moved, journal line missing, git lock."""
     config = RunConfig.load(run).extended(limits={"iterations": 1}, workers=None)
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         Optimizer(session, ScriptedAgent([FASTER])).run()
     finally:
@@ -144,7 +144,7 @@ def test_resume_repairs_main_locks_and_journal(run):
     lines = journal.read_text().splitlines(keepends=True)
     journal.write_text("".join(line for line in lines if '"finished"' not in line) + '{"event": "stop')
 
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         assert session.redo == []
         assert open_run(run).best_commit() == kernel.commit
@@ -153,7 +153,7 @@ def test_resume_repairs_main_locks_and_journal(run):
         assert record.restored and record.commit == kernel.commit and record.speedup == kernel.speedup_vs_seed
     finally:
         session.close()
-    session = rundir.reopen(run, config)  # a second resume restores nothing twice
+    session = setup.reopen(run, config)  # a second resume restores nothing twice
     try:
         assert len(session.state.finished) == 1
         assert sum(1 for e in Journal(run).events() if e["event"] == "finished") == 1
@@ -163,7 +163,7 @@ def test_resume_repairs_main_locks_and_journal(run):
 
 def test_a_run_in_use_is_refused(run):
     config = RunConfig.load(run)
-    session = rundir.reopen(run, config)
+    session = setup.reopen(run, config)
     try:
         busy = resume(run, 1)
         assert busy.returncode == 2 and "in use" in busy.stderr
@@ -190,7 +190,7 @@ def test_resume_keeps_a_foreign_commit_and_an_uncommitted_edit(run, caplog):
     (run / "notes.txt").write_text("untracked notes\n")
 
     with caplog.at_level("WARNING", logger="tik_agent"):
-        rundir.reopen(run, RunConfig.load(run)).close()
+        setup.reopen(run, RunConfig.load(run)).close()
 
     [branch] = _kept_branches(run)
     assert any(branch in r.getMessage() and "1 commit not made by tik-agent" in r.getMessage()
@@ -206,7 +206,7 @@ def test_resume_keeps_a_foreign_commit_and_an_uncommitted_edit(run, caplog):
 
 def test_resume_of_an_untouched_run_keeps_nothing(run, caplog):
     with caplog.at_level("WARNING", logger="tik_agent"):
-        rundir.reopen(run, RunConfig.load(run)).close()
+        setup.reopen(run, RunConfig.load(run)).close()
     assert _kept_branches(run) == [] and not [r for r in caplog.records if "kept" in r.getMessage()]
 
 
@@ -215,6 +215,6 @@ def test_resume_from_another_branch_leaves_that_branch_alone(run):
     (run / "kernel.py").write_text((run / "kernel.py").read_text() + "# on my branch\n")
     _git(run, "commit", "-q", "-am", "on my branch")
     tip = _git(run, "rev-parse", "mine")
-    rundir.reopen(run, RunConfig.load(run)).close()
+    setup.reopen(run, RunConfig.load(run)).close()
     assert _git(run, "rev-parse", "mine") == tip
     assert _git(run, "symbolic-ref", "--short", "HEAD") == "main"

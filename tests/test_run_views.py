@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tik_agent.cli import view_commands
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, ResumeState
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import AttemptRecord, ResumeState
 from tik_agent.run.lineage import open_run
 from tik_agent.view.report import figure, write_report
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under
 
 def _record(aid: str, finished_at: float) -> dict:
     return AttemptRecord(attempt_id=aid, index=int(aid[1:]), parent_commit="0" * 40, parent_id="seed",
-                         outcome=AttemptOutcome.ACCEPTED, finished_at=finished_at).to_dict()
+                         outcome=Outcome.ACCEPTED, finished_at=finished_at).to_dict()
 
 
 def test_running_time_counts_sessions_not_the_gap_between_them():
@@ -96,8 +97,8 @@ def test_the_report_shows_every_attempt_with_its_noise(run):
     lin = open_run(run)
     records = [AttemptRecord.from_dict(_record(f"a000{i}", float(i))) for i in (1, 2, 3)]
     records[0].speedup, records[0].noise = 1.5, 0.1
-    records[1].outcome = AttemptOutcome.PARITY_FAILED           # never timed
-    records[2].outcome, records[2].speedup, records[2].noise = AttemptOutcome.NOT_FASTER, 1.2, 0.05
+    records[1].outcome = Outcome.PARITY_FAILED           # never timed
+    records[2].outcome, records[2].speedup, records[2].noise = Outcome.NOT_FASTER, 1.2, 0.05
     speed, _ = figure(lin, records, "x").axes
     bars = [c for c in speed.collections if type(c).__name__ == "LineCollection" and len(c.get_segments())]
     lengths = sorted(abs(seg[1][1] - seg[0][1]) for c in bars for seg in c.get_segments())

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tik_agent.judge import workerbox
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
 from tik_agent.redaction import REDACTED, scrub_text, scrub_worker_data, secret_values
 from tik_agent.run.runconfig import Limits, RunConfig
 from tik_agent.sandbox.isolation import best

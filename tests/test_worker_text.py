@@ -185,8 +185,9 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
     from tik_agent.cli import run as cli
     from tik_agent.cli.eval_commands import render
     from tik_agent.judge.records import Verdict
-    from tik_agent.run import rundir
-    from tik_agent.run.journal import AttemptOutcome, finished_records
+    from tik_agent.search import setup
+    from tik_agent.outcomes import Outcome
+    from tik_agent.run.journal import finished_records
     from tik_agent.run.runconfig import RunConfig
     from tik_agent.search.briefing import Briefing
     from tik_agent.search.frontier import Member
@@ -194,18 +195,20 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
 
     caplog.set_level(logging.DEBUG, logger="tik_agent")
     agent = _WholeFile((CORPUS / "control_chars.py").read_text())
-    session = rundir.reopen(run, RunConfig.load(run).extended(limits={"iterations": 2}, workers=None))
+    session = setup.reopen(run, RunConfig.load(run).extended(limits={"iterations": 2}, workers=None))
     try:
         Optimizer(session, agent).run()
         records = finished_records(run)
         record = next(r for r in records if r.attempt_id == "a0001")
         # The next proposal from the seed, as the loop briefs it (the scripted agent's second
         # context may predate the verdict: proposals run ahead of evaluations).
-        context = Briefing(session, threading.Lock()).context(Member(record.parent_commit, "seed", 1.0), 3, records)
+        briefing = Briefing(session.spec, session.config.device, "CPU (test)", session.config.rng_seed,
+                            session.lineage, session.store, threading.Lock())
+        context = briefing.context(Member(record.parent_commit, "seed", 1.0), 3, records)
     finally:
         session.close()
     # Still rejected, for its own reason, with the escapes visible and newline and tab kept.
-    assert record.outcome is AttemptOutcome.RUNTIME_ERROR, record.reason
+    assert record.outcome is Outcome.RUNTIME_ERROR, record.reason
     assert record.reason.startswith("runtime error in case ") and "ValueError: bad shape" in record.reason
     assert "\\x1b[32mpassed\\x1b[0m" in record.reason and "\\x1b]52;c;" in record.reason
     assert "\\u202eevil" in record.reason and "\\ud800" in record.reason

@@ -24,21 +24,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tik_agent.errors import TikError
+from tik_agent.outcomes import ATTEMPT_OUTCOMES, Outcome
 from tik_agent.redaction import KEY_PATTERNS as _KEY_PATTERNS, REDACTED, redact  # noqa: F401  (re-exported)
-
-OUTCOMES: frozenset[str] = frozenset(
-    {
-        "accepted",
-        "rejected_static",
-        "compile_error",
-        "parity_failed",
-        "integrity_failed",
-        "slower",
-        "timeout",
-        "crashed",
-        "no_code",
-    }
-)
 
 class AgentUnavailable(TikError):
     """The provider failed after the SDK's own retries (or refused our credentials).
@@ -57,6 +44,11 @@ class AgentUnavailable(TikError):
 class AttemptFeedback:
     """What the loop tells an agent about one earlier attempt.
 
+    ``outcome`` is the attempt's own, in the one vocabulary (:mod:`tik_agent.outcomes`),
+    never translated; a string value is accepted and turned into the :class:`Outcome`.
+    ``compile_error`` holds the error text of a candidate that failed to compile or
+    raised while running (``outcome`` says which).
+
     ``first_mismatch`` is the evaluator's first differing case, e.g.
     ``{"case": ..., "index": ..., "expected_bits": ..., "actual_bits": ..., "ulps": ...}``;
     it is rendered key by key, so extra keys are welcome.
@@ -64,7 +56,7 @@ class AttemptFeedback:
 
     attempt_id: str
     parent_id: str
-    outcome: str
+    outcome: Outcome
     reason: str | None = None
     rationale: str | None = None
     speedup: float | None = None
@@ -73,12 +65,13 @@ class AttemptFeedback:
     source_diff: str | None = None
 
     def __post_init__(self) -> None:
-        # Accept an Outcome enum from records.py as well as its string value.
-        outcome = str(getattr(self.outcome, "value", self.outcome))
-        if outcome not in OUTCOMES:
-            raise ValueError(
-                f"AttemptFeedback.outcome: {outcome!r} is not one of {sorted(OUTCOMES)}"
-            )
+        try:
+            outcome = Outcome(self.outcome)
+        except ValueError:
+            outcome = None
+        if outcome not in ATTEMPT_OUTCOMES:
+            raise ValueError(f"AttemptFeedback.outcome: {self.outcome!r} is not one of "
+                             f"{sorted(o.value for o in ATTEMPT_OUTCOMES)}")
         object.__setattr__(self, "outcome", outcome)
         if not self.attempt_id:
             raise ValueError("AttemptFeedback.attempt_id: must not be empty")

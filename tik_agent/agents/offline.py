@@ -31,6 +31,7 @@ from itertools import combinations
 
 from tik_agent import pyparse
 from tik_agent.agents.base import AgentContext, AttemptFeedback, Proposal, Usage
+from tik_agent.outcomes import Outcome
 from tik_agent.agents.source_edits import (
     Edit,
     Slot,
@@ -56,8 +57,9 @@ log = logging.getLogger(__name__)
 NUM_STAGES_VALUES = (1, 2, 3, 4)
 
 # Outcomes that say "this value is wrong", not merely "this value is slow".
-_BROKEN = {"compile_error", "parity_failed", "integrity_failed", "rejected_static", "crashed"}
-_SLOW = {"slower", "timeout"}
+_BROKEN = {Outcome.COMPILE_ERROR, Outcome.RUNTIME_ERROR, Outcome.PARITY_FAILED, Outcome.INTEGRITY_FAILED,
+           Outcome.REJECTED_STATIC, Outcome.CRASHED}
+_SLOW = {Outcome.SLOWER, Outcome.NOT_FASTER, Outcome.UNCONFIRMED, Outcome.TIMEOUT}
 TOP_K = 4  # concurrent proposals from one parent spread over this many best moves
 
 
@@ -212,7 +214,7 @@ class History:
                 if feedback.outcome in _BROKEN:
                     broken[(change.name, change.new)] += 1
                 sign = _sign(change)
-                if sign and feedback.outcome == "accepted":
+                if sign and feedback.outcome is Outcome.ACCEPTED:
                     direction[(change.name, sign)] += 1 + math.log(max(feedback.speedup or 1.0, 1.0))
                 elif sign and feedback.outcome in _SLOW:
                     direction[(change.name, sign)] -= 1

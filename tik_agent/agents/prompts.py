@@ -5,7 +5,8 @@ and prepares the data it sees.  The templates are:
 
 * ``system.md.j2``: the system prompt (contract, rules, output format, device);
 * ``propose.md.j2``: ask for a faster variant of the parent;
-* ``repair_compile.md.j2``: the newest attempt from this parent failed to compile;
+* ``repair_compile.md.j2``: the newest attempt from this parent failed to compile, or
+  raised while running (the template says which: ``last.outcome``);
 * ``repair_parity.md.j2``: the newest attempt from this parent changed the bits;
 
 plus any partials they include.  A user directory, when given, is searched
@@ -26,6 +27,7 @@ import jinja2
 from tik_agent.agents.base import AgentContext, AttemptFeedback, redact
 from tik_agent.bundled import bundled_dir
 from tik_agent.errors import UsageError
+from tik_agent.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +64,12 @@ class RenderedPrompt:
 
 
 def choose_template(context: AgentContext) -> str:
-    """repair_compile / repair_parity after such a failure from this parent, else propose."""
+    """repair_compile after a compile or runtime error from this parent, repair_parity after
+    a parity failure, else propose (every other outcome)."""
     last = context.last_from_parent()
-    if last is not None and last.outcome == "compile_error":
+    if last is not None and last.outcome.is_error:
         return REPAIR_COMPILE
-    if last is not None and last.outcome == "parity_failed":
+    if last is not None and last.outcome is Outcome.PARITY_FAILED:
         return REPAIR_PARITY
     return PROPOSE
 
@@ -180,7 +183,7 @@ def _feedback_view(feedback: AttemptFeedback) -> dict[str, object]:
     return {
         "attempt_id": feedback.attempt_id,
         "parent_id": feedback.parent_id,
-        "outcome": feedback.outcome,
+        "outcome": feedback.outcome.value,
         "reason": feedback.reason,
         "rationale": rationale or None,
         "speedup": feedback.speedup,

@@ -29,7 +29,8 @@ def eval_candidate(
                                 "[default: on cuda; on the CPU --graphs runs an eager stand-in, for rehearsals]."),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
-    from tik_agent.judge.evaluate import EvalOptions, evaluate
+    from tik_agent.judge.evaluate import evaluate
+    from tik_agent.judge.options import EvalOptions
     from tik_agent.search.interrupts import kill_sandboxes_on_interrupt
 
     if not candidate.is_file():

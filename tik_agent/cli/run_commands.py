@@ -22,6 +22,9 @@ from tik_agent.run.lineage import KERNEL_FILE, SEED_TAG, require_directory
 from tik_agent.run.runconfig import Limits, RunConfig, format_duration, is_run_dir, new_run_id, parse_duration, utc_now
 from tik_agent.spec import seeds
 
+# The loop's own lines (an attempt finished, a parent set aside, the search exhausted): the
+# live view shows them, so they are quieted while it runs.
+LOOP_LOGGERS = ("tik_agent.search.optimize", "tik_agent.search.attempt", "tik_agent.search.scheduler")
 _FIXED = {"agent": "--agent", "model": "--model", "base_url": "--base-url", "rng_seed": "--rng-seed", "device": "--device",
           "rounds": "--rounds", "eval_timeout_s": "--eval-timeout"}
 
@@ -68,8 +71,9 @@ def optimize(
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
+    from tik_agent.search import setup
     from tik_agent.agents.factory import check_agent, make_agent
-    from tik_agent.search.executor import EXECUTORS, open_executor, require_ray
+    from tik_agent.search.pool import EXECUTORS, open_executor, require_ray
     from tik_agent.search.interrupts import kill_sandboxes_on_interrupt, stop_on_signals
     from tik_agent.search.optimize import Optimizer
 
@@ -131,8 +135,8 @@ def optimize(
                                                    "it is kept with the run but has no effect", flag)
     try:
         with kill_sandboxes_on_interrupt():  # the seed's outputs and audit run in sandboxes
-            session = (rundir.reopen(path, config, fresh_audit) if resume is not None
-                       else rundir.create(path, config, fresh_audit))
+            session = (setup.reopen(path, config, fresh_audit) if resume is not None
+                       else setup.create(path, config, fresh_audit))
     except KeyboardInterrupt:
         if not is_run_dir(path):
             say("interrupted before the run was made; nothing to resume", err=True)
@@ -151,7 +155,7 @@ def optimize(
             if console.is_terminal:
                 from tik_agent.view.live import LiveView
 
-                with _quiet("tik_agent.search.optimize"), LiveView(console, optimizer):  # the live table says it
+                with _quiet(*LOOP_LOGGERS), LiveView(console, optimizer):  # the live table says it
                     summary = optimizer.run()
             else:
                 from tik_agent.view.heartbeat import Heartbeat
@@ -189,15 +193,17 @@ def resume_command(path: Path) -> str:
 
 
 @contextmanager
-def _quiet(logger: str):
-    """``logger`` at WARNING for the block."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.WARNING)
+def _quiet(*loggers: str):
+    """``loggers`` at WARNING for the block."""
+    logs = [logging.getLogger(name) for name in loggers]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.WARNING)
     try:
         yield
     finally:
-        log.setLevel(level)
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def _check_positive(values: dict) -> None:

@@ -22,7 +22,8 @@ from tik_agent import figures
 from tik_agent.cli.output import EXIT_USAGE, console, emit, line, output_dir, say, source
 from tik_agent.errors import UsageError
 from tik_agent.run import rundir
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records, read_json
+from tik_agent.run.journal import AttemptRecord, RunSummary, finished_records, read_json
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, SEED_TAG, AcceptedKernel, Lineage, open_run,
                                    require_directory)
 from tik_agent.run.runconfig import RunConfig, is_run_dir
@@ -224,7 +225,7 @@ def _shown(run: Path, ident: str) -> tuple[dict, bytes | None]:
             c.get("parent") for c in (report or {}).get("timing", []))
         return {"kind": "attempt", "id": ident, "record": record.to_dict() if record else None,
                 "commit": record.commit if record else None,
-                "promoted": record is not None and record.outcome is AttemptOutcome.ACCEPTED,
+                "promoted": record is not None and record.outcome is Outcome.ACCEPTED,
                 "parent_is_seed": parent_is_seed,
                 "source": _text(data), "report": report, "diff": _read(attempt_dir / "diff.patch")}, data
     commit = lin.resolve(ident)

@@ -53,8 +53,9 @@ from tik_agent.spec.grid import evaluation_cases
 from tik_agent.errors import SpecError, UsageError
 from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.judge.parity import judge_self
-from tik_agent.judge.options import EvalOptions, Reference, sha256_file  # noqa: F401  (re-exported)
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.options import EvalOptions, Reference, sha256_file
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.workerbox import UnreadableWorkerFile, WorkerBox, sandbox_failure
 from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE
 from tik_agent.spec.schema import KernelSpec

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.timedcheck import TimedFailure
 
 

@@ -1,33 +1,18 @@
-"""The evaluator's verdict as a record: an Outcome enum and versioned JSON."""
+"""The evaluator's verdict as a record: an outcome (one of :data:`VERDICT_OUTCOMES`) and versioned JSON."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Mapping
+
+from tik_agent.outcomes import VERDICT_OUTCOMES, Outcome
 
 SCHEMA_VERSION = 1
 
 
-class Outcome(str, Enum):
-    PASSED = "passed"                    # parity and integrity held, no cell regressed
-    REJECTED_STATIC = "rejected_static"  # the source broke a static rule; nothing ran
-    COMPILE_ERROR = "compile_error"      # did not import, or Triton refused it
-    RUNTIME_ERROR = "runtime_error"      # raised while running a case
-    PARITY_FAILED = "parity_failed"      # bits differ from the seed, or batch variant
-    INTEGRITY_FAILED = "integrity_failed"  # no kernel ran, inputs changed, unwritten output, ...
-    SLOWER = "slower"                    # a workload cell regressed beyond the cap
-    TIMEOUT = "timeout"                  # killed at the wall-clock limit
-    CRASHED = "crashed"                  # the worker died (signal, memory limit, ...)
-
-    @property
-    def passed(self) -> bool:
-        return self is Outcome.PASSED
-
-
 @dataclass
 class Verdict:
-    outcome: Outcome
+    outcome: Outcome                       # one of VERDICT_OUTCOMES
     reason: str | None
     speedup: float | None = None           # workload-weighted, candidate vs seed
     speedup_low: float | None = None       # the slowest round's paired speedup over the seed
@@ -88,6 +73,8 @@ class Verdict:
     def from_dict(cls, d: Mapping) -> "Verdict":
         if d.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"verdict schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
+        if Outcome(d["outcome"]) not in VERDICT_OUTCOMES:
+            raise ValueError(f"verdict outcome {d['outcome']!r} is an attempt's, not the judge's")
         return cls(
             outcome=Outcome(d["outcome"]), reason=d["reason"], speedup=d["speedup"], speedup_low=d.get("speedup_low"),
             speedup_vs_parent=d["speedup_vs_parent"], speedup_vs_parent_low=d.get("speedup_vs_parent_low"),

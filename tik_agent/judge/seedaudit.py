@@ -13,15 +13,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tik_agent.atomicfile import atomic_write_json
 from tik_agent.errors import UsageError
 from tik_agent.judge.auditcache import RECORD, AuditCache, AuditFiles, AuditKey, cache_root
-from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, evaluate
+from tik_agent.judge.evaluate import compute_reference, evaluate
+from tik_agent.judge.options import EvalOptions, Reference
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def evaluate_seed(spec: KernelSpec, reference: Reference, options: EvalOptions, 
     record = {"schema": 1, "kind": SEED_KIND, "environment": audit.environment, "cases": audit.cases,
               "timing": audit.timing, "speedup": 1.0, "noise": audit.noise, "timer": audit.timer,
               "seed_sha256": audit.seed_sha256}
-    _write_json(files.evaluation, record)
+    atomic_write_json(files.evaluation, record)
     return record
 
 
@@ -95,14 +96,3 @@ def _stored_at(entry: Path) -> datetime | None:
         return datetime.fromisoformat(json.loads((entry / RECORD).read_text())["stored"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Whole or not at all (a temporary file, synced, renamed into place), in the run files' format."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

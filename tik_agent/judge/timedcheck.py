@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tik_agent.judge.plan import EvalPlan
-from tik_agent.judge.records import Outcome
+from tik_agent.outcomes import Outcome
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from tik_agent.bits import digest
 from tik_agent.judge.bitcheck import Check
 from tik_agent.judge.parity import CaseResult, judge_against, judge_self
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.timing import CellTiming, paired_speedups, regressions, stats, weighted_noise, weighted_speedup
 from tik_agent.sandbox.wire import CaseOutputs
 from tik_agent.spec.cases import Case, make_inputs

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.phases import PhaseWatch
-from tik_agent.judge.records import Outcome, Verdict
+from tik_agent.judge.records import Verdict
+from tik_agent.outcomes import Outcome
 from tik_agent.redaction import scrub_text, scrub_worker_data
 from tik_agent.sandbox import hostops
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED

@@ -23,11 +23,12 @@ import os
 import signal
 import stat
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from tik_agent.atomicfile import atomic_write_json, fsync_dir
 from tik_agent.errors import UsageError
+from tik_agent.outcomes import ATTEMPT_OUTCOMES, Outcome
 
 SCHEMA = 1
 JOURNAL_FILE = "journal.jsonl"
@@ -36,27 +37,6 @@ ATTEMPTS_DIR = "attempts"
 
 
 # --------------------------------------------------------------------------- files
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``data`` so that ``path`` holds either the old or the new JSON, never half."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def read_json(path: Path) -> Any:
@@ -71,22 +51,6 @@ def read_json(path: Path) -> Any:
 # --------------------------------------------------------------------------- records
 
 
-class AttemptOutcome(str, Enum):
-    ACCEPTED = "accepted"
-    NOT_FASTER = "not_faster"          # passed, but not faster than the parent beyond the noise
-    UNCONFIRMED = "unconfirmed"        # the confirming re-time did not reproduce the gain
-    NO_CODE = "no_code"                # the agent gave no usable candidate
-    DUPLICATE = "duplicate"            # the parent's source, or one already tried from this parent
-    REJECTED_STATIC = "rejected_static"
-    COMPILE_ERROR = "compile_error"
-    RUNTIME_ERROR = "runtime_error"
-    PARITY_FAILED = "parity_failed"
-    INTEGRITY_FAILED = "integrity_failed"
-    SLOWER = "slower"                  # a cell regressed beyond 1.05x of the seed
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-
-
 @dataclass
 class AttemptRecord:
     """One finished attempt, as the journal and ``attempts/<id>/record.json`` hold it."""
@@ -95,7 +59,7 @@ class AttemptRecord:
     index: int
     parent_commit: str
     parent_id: str                  # attempt id of the parent kernel, or "seed"
-    outcome: AttemptOutcome
+    outcome: Outcome                # one of ATTEMPT_OUTCOMES
     reason: str | None = None
     speedup: float | None = None    # vs the seed (the confirming run's when accepted)
     speedup_vs_parent: float | None = None
@@ -127,7 +91,9 @@ class AttemptRecord:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"attempt record schema {d.get('schema')!r} is not {SCHEMA}")
         fields = {k: v for k, v in d.items() if k != "schema"}
-        fields["outcome"] = AttemptOutcome(fields["outcome"])
+        fields["outcome"] = Outcome(fields["outcome"])
+        if fields["outcome"] not in ATTEMPT_OUTCOMES:
+            raise ValueError(f"{fields['outcome'].value!r} is a verdict, not an attempt's outcome")
         return cls(**fields)
 
 

@@ -18,8 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from tik_agent.atomicfile import atomic_write_json
 from tik_agent.errors import UsageError
-from tik_agent.run.journal import atomic_write_json, read_json
+from tik_agent.run.journal import read_json
 
 RUN_FILE = "run.json"
 SCHEMA = 1

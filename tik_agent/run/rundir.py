@@ -1,12 +1,11 @@
-"""A run directory: create or reopen it, lock it, and bring it to a consistent state.
+"""A run directory as storage: lock it, lay it out, and bring it to a consistent state.
 
 Creation order (each step safe to redo after a kill): ``run.json``, the git
 repository, the seed's files in the working tree, the cached seed outputs
 (``reference.pt``), the seed's audit (``evaluation.json``), the root commit.
-The outputs and the audit come from the seed-audit cache
-(:mod:`tik_agent.judge.auditcache`) when an earlier run made them from the same
-seed, spec, grid, device and versions (``fresh_audit`` recomputes them); a
-computed audit that passed is stored there for the next run.
+This module stores and never evaluates: :mod:`tik_agent.search.setup` drives the
+creation, computing the seed's outputs and its audit (or taking them from the
+seed-audit cache) and handing them here to be committed.
 
 Reopening (``--resume``) checks the environment binding first, takes the run
 lock (a second process on the same run is refused), clears git locks a killed
@@ -27,14 +26,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from tik_agent.backends import device as devices
-from tik_agent.spec.grid import evaluation_cases
-from tik_agent.errors import TikError, UsageError
-from tik_agent.judge.auditcache import AuditFiles
-from tik_agent.judge.evaluate import EvalOptions, Reference, compute_reference, sha256_file
-from tik_agent.judge.seedaudit import audit_seed
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, AttemptStore, Journal, ResumeState
+from tik_agent.errors import UsageError
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import AttemptRecord, AttemptStore, Journal, ResumeState
 from tik_agent.run.lineage import (EVALUATION_FILE, KERNEL_FILE, REFERENCE_FILE, SEED_TAG, SPEC_FILE,
                                LineageWriter, format_trailers)
 from tik_agent.run.runconfig import RunConfig, is_run_dir
@@ -53,18 +47,16 @@ SEED_SNAPSHOT = Path(".git") / "tik-seed"  # the root commit's files, for this s
 
 
 @dataclass
-class Session:
-    """An open, locked, consistent run directory, ready for the loop."""
+class RunDir:
+    """An open, locked, consistent run directory: what the run has stored."""
 
     path: Path
     config: RunConfig
     lineage: LineageWriter
     journal: Journal
     store: AttemptStore
-    spec: KernelSpec
-    reference: Reference
-    options: EvalOptions
-    environment: dict
+    spec: KernelSpec          # the seed as the root commit holds it (SEED_SNAPSHOT)
+    environment: dict         # the seed audit's environment
     state: ResumeState
     redo: list[str] = field(default_factory=list)
     _lock_fd: int | None = None
@@ -75,11 +67,6 @@ class Session:
             self._lock_fd = None
 
 
-def eval_options(config: RunConfig) -> EvalOptions:
-    return EvalOptions(device=config.device, timeout_s=config.eval_timeout_s, rounds=config.rounds,
-                       warmup=config.warmup)
-
-
 def check_new_run_dir(path: Path) -> None:
     if is_run_dir(path):
         raise UsageError(f"{path}: is an existing run; continue it with --resume {path}")
@@ -87,25 +74,7 @@ def check_new_run_dir(path: Path) -> None:
         raise UsageError(f"{path}: exists and is not a tik-agent run; choose another --run-dir")
 
 
-def create(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
-    """Start a new run in ``path`` (absent or empty) from ``config``; ``fresh_audit``
-    audits the seed again even when the audit cache holds its audit (and refreshes it)."""
-    check_new_run_dir(path)
-    existed = path.exists()
-    path.mkdir(parents=True, exist_ok=True)
-    config.save(path)
-    try:
-        return _open(path, config, fresh_audit)
-    except TikError as exc:
-        # Refused (a seed that fails its own audit, a bad layout): no run was born, so no
-        # directory may be left to block the same --run-dir.  A kill or Ctrl-C keeps it:
-        # a resume finishes the creation.
-        _discard_unborn(path, existed)
-        message = str(exc).replace(str(path.resolve()), str(Path(config.seed_source)))
-        raise (UsageError if type(exc) is TikError else type(exc))(message) from None
-
-
-def _discard_unborn(path: Path, keep_dir: bool) -> None:
+def discard_unborn(path: Path, keep_dir: bool) -> None:
     """Remove a run directory whose seed commit was never made (what ``create`` put there)."""
     writer = LineageWriter(path)
     if path.is_dir() and writer.repo.is_repository() and writer.has_root():
@@ -115,15 +84,6 @@ def _discard_unborn(path: Path, keep_dir: bool) -> None:
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     else:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def reopen(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
-    """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended).
-    ``fresh_audit`` matters only to a run whose creation was interrupted before its seed commit."""
-    if not is_run_dir(path):
-        raise UsageError(f"{path}: not a tik-agent run (no run.json)")
-    config.check_binding(devices.binding(devices.probe_environment(config.device)))
-    return _open(path, config, fresh_audit)
 
 
 def holder(path: Path) -> str | None:
@@ -143,7 +103,8 @@ def holder(path: Path) -> str | None:
     return None
 
 
-def _lock(path: Path) -> int:
+def take_lock(path: Path) -> int:
+    """Take the run's lock (an flock, so a killed process releases it); refused while held."""
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,34 +117,26 @@ def _lock(path: Path) -> int:
     return fd
 
 
-def _open(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
-    path = path.resolve()
-    lock = _lock(path)
-    try:
-        config.save(path)  # rewrites a resume's extended budgets under the lock
-        lineage = LineageWriter.init(path)
-        lineage.clear_stale_locks()
-        options = eval_options(config)
-        if not lineage.has_root():
-            _copy_seed(Path(config.seed_source), path)
-            _make_root(lineage, load_spec(path), options, config, fresh_audit)
-        elif fresh_audit:
-            log.warning("%s: the seed's audit is already committed; --fresh-audit changes nothing here", path)
-        spec = _snapshot_seed(lineage)
-        reference = _reference(path, spec, options)
-        environment = json.loads(lineage.file_at(lineage.root_commit(), EVALUATION_FILE))["environment"]
-        journal, store = Journal(path), AttemptStore(path)
-        journal.repair()
-        session = Session(path, config, lineage, journal, store, spec, reference, options, environment,
-                          ResumeState(), _lock_fd=lock)
-        _reconcile(session)
-        return session
-    except BaseException:
-        os.close(lock)
-        raise
+def prepare(path: Path, config: RunConfig) -> LineageWriter:
+    """Under the run lock: ``run.json`` (a resume's extended budgets), the repository, no stale git locks."""
+    config.save(path)
+    lineage = LineageWriter.init(path)
+    lineage.clear_stale_locks()
+    return lineage
 
 
-def _copy_seed(seed_dir: Path, run_dir: Path) -> None:
+def open_run_dir(path: Path, config: RunConfig, lineage: LineageWriter, spec: KernelSpec, lock_fd: int) -> RunDir:
+    """The run after its root commit: the journal repaired and reconciled with the lineage."""
+    environment = json.loads(lineage.file_at(lineage.root_commit(), EVALUATION_FILE))["environment"]
+    journal, store = Journal(path), AttemptStore(path)
+    journal.repair()
+    run = RunDir(path, config, lineage, journal, store, spec, environment, ResumeState(), _lock_fd=lock_fd)
+    _reconcile(run)
+    return run
+
+
+def copy_seed(seed_dir: Path, run_dir: Path) -> None:
+    """The seed's files into the run directory's working tree (a seed for optimize keeps fixed names)."""
     spec = load_spec(seed_dir)
     if spec.source.name != KERNEL_FILE or (spec.reference and spec.reference.name != REFERENCE_FILE):
         raise UsageError(f"{seed_dir}: a seed for optimize keeps its kernel in {KERNEL_FILE} "
@@ -197,7 +150,7 @@ def _tracked(spec: KernelSpec) -> list[str]:
     return [SPEC_FILE, KERNEL_FILE] + ([REFERENCE_FILE] if spec.reference else []) + [EVALUATION_FILE]
 
 
-def _snapshot_seed(lineage: LineageWriter) -> KernelSpec:
+def snapshot_seed(lineage: LineageWriter) -> KernelSpec:
     """The seed as the root commit holds it, in a directory the working tree cannot change."""
     target = lineage.path / SEED_SNAPSHOT
     shutil.rmtree(target, ignore_errors=True)
@@ -212,37 +165,10 @@ def _snapshot_seed(lineage: LineageWriter) -> KernelSpec:
     return load_spec(target)
 
 
-def _make_root(lineage: LineageWriter, spec: KernelSpec, options: EvalOptions, config: RunConfig,
-               fresh_audit: bool) -> None:
-    """The seed's outputs and audit, from the audit cache or computed (then stored), and the root commit."""
-    device = config.binding or devices.binding(devices.probe_environment(config.device))
-    files = AuditFiles(lineage.path / REFERENCE_CACHE, lineage.path / EVALUATION_FILE,
-                       lineage.path / WARM_CACHE if options.device == "cuda" else None)
-    audit = audit_seed(spec, options, device, files, fresh=fresh_audit,
-                       reference=lambda: _reference(lineage.path, spec, options, fresh=fresh_audit))
-    _commit_root(lineage, spec, audit.record, config, reused=audit.key.digest if audit.reused else None)
-
-
-def _reference(run_dir: Path, spec: KernelSpec, options: EvalOptions, fresh: bool = False) -> Reference:
-    """The seed's outputs on every evaluation case: cached in reference.pt, recomputed if stale."""
-    path = run_dir / REFERENCE_CACHE
-    wanted = [c.id for c in evaluation_cases(spec, options.device)]
-    if path.is_file() and not fresh:
-        try:
-            ref = Reference.load(path)
-            if ref.seed_sha256 == sha256_file(spec.source) and [c.id for c in ref.cases] == wanted:
-                return ref
-            log.info("%s is stale; recomputing the seed's outputs", path)
-        except (OSError, RuntimeError, KeyError, EOFError) as exc:
-            log.warning("%s is unreadable (%s); recomputing the seed's outputs", path, exc)
-    log.info("computing the seed's outputs on %d fixed parity cases (%s)", len(wanted), options.device)
-    ref = compute_reference(spec, options)
-    ref.save(path)
-    return ref
-
-
-def _commit_root(lineage: LineageWriter, spec: KernelSpec, audit: dict, config: RunConfig,
-                 reused: str | None = None) -> None:
+def commit_root(lineage: LineageWriter, spec: KernelSpec, audit: dict, config: RunConfig,
+                reused: str | None = None) -> None:
+    """The root commit: the seed's files and its ``audit`` (already in the working tree);
+    ``reused`` names the audit-cache entry the audit came from."""
     cases, timing = audit["cases"], audit["timing"]
     passed = sum(1 for c in cases if c.get("passed"))
     trailers = {"Kind": "seed", "Seed": spec.name, "Parity-Cases": f"{passed}/{len(cases)}",
@@ -257,12 +183,12 @@ def _commit_root(lineage: LineageWriter, spec: KernelSpec, audit: dict, config: 
     lineage.commit_root(_tracked(spec), message)
 
 
-def _reconcile(session: Session) -> None:
-    lineage, journal, store = session.lineage, session.journal, session.store
+def _reconcile(run: RunDir) -> None:
+    lineage, journal, store = run.lineage, run.journal, run.store
     state = ResumeState.replay(journal.events())
     for kernel in lineage.accepted():
         if kernel.attempt_id not in state.finished:
-            record = restored_record(session, kernel.commit)
+            record = restored_record(lineage, store, kernel.commit)
             log.info("%s: accepted commit %s was not journaled as finished; restoring its record",
                      record.attempt_id, kernel.commit[:12])
             if store.read(record.attempt_id, "record.json") is None:
@@ -273,14 +199,13 @@ def _reconcile(session: Session) -> None:
         moved = store.set_aside(attempt)
         if moved is not None:
             log.info("%s was interrupted; its partial files are in %s and it will be redone", attempt, moved)
-    session.state = state
-    session.redo = list(state.unfinished)
+    run.state = state
+    run.redo = list(state.unfinished)
     lineage.set_best(lineage.best_by_speedup())
 
 
-def restored_record(session: Session, commit: str) -> AttemptRecord:
+def restored_record(lineage: LineageWriter, store: AttemptStore, commit: str) -> AttemptRecord:
     """An accepted attempt's record, rebuilt from its commit's trailers."""
-    lineage = session.lineage
     t = lineage.trailers(commit)
     attempt = t["Attempt-Id"]
     parent = t["Parent-Commit"]
@@ -289,10 +214,10 @@ def restored_record(session: Session, commit: str) -> AttemptRecord:
     evaluation = json.loads(lineage.file_at(commit, EVALUATION_FILE))
     return AttemptRecord(
         attempt_id=attempt, index=int(attempt[1:]), parent_commit=parent, parent_id=parent_id,
-        outcome=AttemptOutcome.ACCEPTED, reason="restored from the lineage after an interruption",
+        outcome=Outcome.ACCEPTED, reason="restored from the lineage after an interruption",
         speedup=float(t["Speedup-Vs-Seed"]), speedup_vs_parent=float(t["Speedup-Vs-Parent"]),
         noise=evaluation.get("noise"), commit=commit, cases_passed=int(passed), cases_total=int(total or 0),
-        rationale=session.store.read(attempt, "rationale.txt") or "",
+        rationale=store.read(attempt, "rationale.txt") or "",
         input_tokens=int(t.get("Tokens-Input", 0)), output_tokens=int(t.get("Tokens-Output", 0)),
         agent=t.get("Agent", ""), model=None if t.get("Model") in (None, "none") else t["Model"],
         finished_at=lineage.committed_at(commit), restored=True)

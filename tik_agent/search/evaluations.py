@@ -26,15 +26,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tik_agent.judge.options import EvalOptions, Reference
 from tik_agent.judge.records import Verdict
-from tik_agent.run.journal import AttemptRecord
+from tik_agent.run.journal import AttemptRecord, AttemptStore
 from tik_agent.run.lineage import SEED_TAG
-from tik_agent.run.rundir import Session
+from tik_agent.run.runconfig import SearchSettings
 from tik_agent.search import promotion
-from tik_agent.search.executor import Slot, SlotLost
+from tik_agent.search.slots import Slot, SlotLost
 from tik_agent.search.promotion import Decision
 from tik_agent.search.throughput import Throughput
 from tik_agent.search.tickets import Ticket
+from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,10 @@ class Abandoned(Exception):
 class Evaluations:
     """Runs and judges the evaluations of attempts; shared by the loop's threads."""
 
-    def __init__(self, session: Session, throughput: Throughput, interrupted: threading.Event):
-        self.s = session
+    def __init__(self, spec: KernelSpec, reference: Reference, options: EvalOptions, search: SearchSettings,
+                 store: AttemptStore, throughput: Throughput, interrupted: threading.Event):
+        self._spec, self._reference, self._options, self._search = spec, reference, options, search
+        self._store = store
         self.throughput = throughput
         self._interrupted = interrupted
 
@@ -63,7 +67,7 @@ class Evaluations:
         ticket.enter("evaluating")
         e0 = time.time()
         verdict, decision, rounds = self._stage(ticket, record, slot, candidate, parent, "report",
-                                                promotion.screen, self.s.config.rounds)
+                                                promotion.screen, self._options.rounds)
         if decision.outcome is None:
             ticket.enter("confirming")
             verdict, decision, _ = self._stage(ticket, record, slot, candidate, parent, "confirm",
@@ -77,10 +81,10 @@ class Evaluations:
     def _stage(self, ticket: Ticket, record: AttemptRecord, slot: Slot, candidate: Path, parent: Path | None,
                name: str, rule: Callable[[Verdict, float, str], Decision], rounds: int) -> tuple[Verdict, Decision, int]:
         """One evaluation judged by ``rule``, re-timed with more rounds while it is too noisy to rank."""
-        search, aid = self.s.config.search, ticket.attempt_id
+        search, aid = self._search, ticket.attempt_id
         against = "the seed" if parent is None else "the parent"
         verdict = self._on(slot, candidate, parent, rounds)
-        self.s.store.write_json(aid, f"{name}.json", verdict.to_dict())
+        self._store.write_json(aid, f"{name}.json", verdict.to_dict())
         decision = rule(verdict, search.noise_floor, against)
         n = 1
         while decision.noisy:
@@ -92,16 +96,16 @@ class Evaluations:
                         record.retimes, search.noisy_retimes)
             ticket.enter("re-timing")
             verdict = self._on(slot, candidate, parent, rounds)
-            self.s.store.write_json(aid, f"{name}-{n}.json", verdict.to_dict())
+            self._store.write_json(aid, f"{name}-{n}.json", verdict.to_dict())
             decision = rule(verdict, search.noise_floor, against)
         return verdict, decision, rounds
 
     def _on(self, slot: Slot, candidate: Path, parent: Path | None, rounds: int) -> Verdict:
         """One evaluation in ``slot``, counted for the per-node throughput."""
-        s, t0 = self.s, time.time()
-        options = s.options if rounds == s.options.rounds else dataclasses.replace(s.options, rounds=rounds)
+        t0, options = time.time(), self._options
+        options = options if rounds == options.rounds else dataclasses.replace(options, rounds=rounds)
         try:
-            verdict = slot.evaluate(s.spec, candidate, options, reference=s.reference, parent=parent)
+            verdict = slot.evaluate(self._spec, candidate, options, reference=self._reference, parent=parent)
         except SlotLost:
             self.throughput.lost(slot.name, slot.node)
             raise

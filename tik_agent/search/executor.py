@@ -13,10 +13,8 @@ copy of the seed's compiled Triton cache.  The parent itself never touches a
 GPU: it counts devices and reads worker outputs onto the CPU.
 
 :class:`tik_agent.search.ray_executor.RayExecutor` hands out slots with the same
-``evaluate`` on a Ray cluster; :func:`open_executor` picks one of the two, and
-imports Ray only when it is asked for.  A slot whose worker dies mid-evaluation
-raises :class:`SlotLost`: the loop leaves that attempt unfinished and redoes it,
-and the executor replaces the slot when it is given back.
+``evaluate`` on a Ray cluster; :func:`tik_agent.search.pool.open_executor` picks
+one of the two.  Both implement the protocols of :mod:`tik_agent.search.slots`.
 """
 
 from __future__ import annotations
@@ -28,60 +26,18 @@ import platform
 import queue
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping
 
-from tik_agent.errors import TikError, UsageError
-from tik_agent.judge.evaluate import EvalOptions, Reference, evaluate
+from tik_agent.errors import UsageError
+from tik_agent.judge.evaluate import evaluate
+from tik_agent.judge.options import EvalOptions, Reference
 from tik_agent.judge.records import Verdict
-from tik_agent.run.rundir import WARM_CACHE
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[..., Verdict]
-EXECUTORS = ("local", "ray")
-RAY_MISSING = "--executor ray: Ray is not installed here; pip install 'tik-agent[ray]'"
-
-
-class SlotLost(Exception):
-    """The slot's worker (a Ray actor, its node) died during an evaluation: no verdict."""
-
-
-class ExecutorFailed(TikError):
-    """No slot is left to evaluate on (every replacement failed); the run stops."""
-
-
-class Slot(Protocol):
-    name: str
-    node: str   # where the slot evaluates: a host name or a Ray node's address
-
-    def evaluate(self, spec: KernelSpec, candidate: Path, options: EvalOptions,
-                 reference: Reference | None = None, parent: Path | None = None) -> Verdict:
-        ...
-
-
-class Executor(Protocol):
-    slots: int
-
-    def acquire(self) -> Slot:
-        """Block until a slot is free and take it."""
-        ...
-
-    def release(self, slot: Slot) -> None:
-        """Give a slot back; a lost one is replaced (or retired) here."""
-        ...
-
-    def placement(self) -> list[tuple[str, str]]:
-        """(slot name, node) of every live slot."""
-        ...
-
-    def cancel(self) -> None:
-        """Kill the evaluations in flight (Ctrl-C); their callers abandon them."""
-        ...
-
-    def close(self) -> None:
-        ...
 
 
 def visible_devices(environ: Mapping[str, str], count: Callable[[], int]) -> list[str]:
@@ -171,26 +127,3 @@ class LocalExecutor:
 
     def close(self) -> None:
         pass
-
-
-def open_executor(kind: str, session, *, workers: int, ray_address: str | None = None,
-                  environ: Mapping[str, str] = os.environ) -> Executor:
-    """The executor of a run: ``local`` (this machine's slots) or ``ray`` (a cluster's actors)."""
-    if kind not in EXECUTORS:
-        raise UsageError(f"--executor: unknown executor {kind!r}; expected one of {list(EXECUTORS)}")
-    config = session.config
-    if kind == "local":
-        warm = session.path / WARM_CACHE
-        return LocalExecutor(config.device, workers, warm_cache=warm if warm.is_dir() else None)
-    require_ray()
-    from tik_agent.search.ray_executor import RayExecutor
-
-    return RayExecutor.for_session(session, workers, address=ray_address or environ.get("RAY_ADDRESS") or None)
-
-
-def require_ray() -> None:
-    """Refuse ``--executor ray`` in one line when Ray is not installed."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise UsageError(RAY_MISSING) from None

@@ -8,6 +8,12 @@ agent) an attempt takes its slot first, so that its parent and its feedback
 reflect every earlier result.  Evaluation runs in sandboxed processes, so the
 threads give real parallelism.
 
+:class:`Optimizer` is the façade; the work is done by narrow pieces: the
+:class:`~tik_agent.search.scheduler.Scheduler` (tickets, stops, pauses), the
+attempt pipeline (:mod:`tik_agent.search.attempt` and
+:mod:`tik_agent.search.evaluations`) and the
+:class:`~tik_agent.search.ledger.Ledger` (records, usage, frontier, summary).
+
 Crash safety comes from the order of writes: ``started`` is journaled before
 anything else of an attempt exists; an accepted kernel is committed (and
 tagged) before its ``finished`` line; ``summary.json`` follows the journal.
@@ -27,83 +33,67 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
 
-from tik_agent.agents.base import Agent, AgentUnavailable
-from tik_agent.search.briefing import Briefing, source_diff
-from tik_agent.search.budget import Spend, StopReason, gauges, stop_reason
+from tik_agent.agents.base import Agent, AgentUnavailable, Usage
+from tik_agent.outcomes import Outcome
+from tik_agent.run.journal import RunSummary
+from tik_agent.run.rundir import PROBES_FILE, WARM_CACHE
+from tik_agent.search import attempt
+from tik_agent.search.briefing import Briefing
+from tik_agent.search.budget import StopReason, gauges
 from tik_agent.search.evaluations import Abandoned, Evaluations
-from tik_agent.search.executor import Executor, ExecutorFailed, LocalExecutor, Slot, SlotLost
-from tik_agent.search.frontier import Frontier, Member, attempt_rng
-from tik_agent.search.sources import Sources, earlier
+from tik_agent.search.executor import LocalExecutor
+from tik_agent.search.frontier import Frontier
+from tik_agent.search.ledger import Ledger, RunFacts, SummaryInputs
+from tik_agent.search.scheduler import Scheduler
+from tik_agent.search.setup import Session
+from tik_agent.search.slots import Executor, ExecutorFailed, Slot, SlotLost
 from tik_agent.search.throughput import Throughput
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, attempt_id
-from tik_agent.run.lineage import SEED_TAG
-from tik_agent.judge.records import Verdict
-from tik_agent.search.tickets import Snapshot, Ticket, commit_message, describe, noise_of, outcome_counts, too_noisy
-from tik_agent.run.runconfig import utc_now
-from tik_agent.run.rundir import WARM_CACHE, Session
+from tik_agent.search.tickets import Snapshot, Ticket
 
 log = logging.getLogger(__name__)
 
 INTERRUPT_GRACE_S = 8.0      # how long Ctrl-C waits for threads before writing the summary
-AGENT_RETRY_S = (15, 30, 60, 120, 240, 300)
-SLOW_PROPOSAL_S = 1.0        # proposals slower than this (median) are made while others evaluate
-
-
-# Outcomes that say the agent had nothing new to offer from a parent (see frontier exhaustion).
-_NOTHING_NEW = (AttemptOutcome.NO_CODE, AttemptOutcome.DUPLICATE)
 
 
 class Optimizer:
     def __init__(self, session: Session, agent: Agent, executor: Executor | None = None):
-        self.s = session
+        run, cfg = session.run, session.config
         self.agent = agent
-        cfg = session.config
         if executor is None:
-            warm = session.path / WARM_CACHE
+            warm = run.path / WARM_CACHE
             executor = LocalExecutor(cfg.device, cfg.workers, warm_cache=warm if warm.is_dir() else None)
         self.executor = executor
         self.throughput = Throughput(executor.placement())
-        self._cond = threading.Condition()
-        self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
-        self._interrupted = threading.Event()
-        self._evaluations = Evaluations(session, self.throughput, self._interrupted)
-        self._stop: StopReason | None = None
-        self._in_flight: dict[str, Ticket] = {}
-        self._records: list[AttemptRecord] = list(session.state.finished.values())
-        self._redo = list(session.redo)
-        self._next_index = session.state.next_index
-        self._usage = [session.state.input_tokens, session.state.output_tokens, session.state.cost_usd]
-        self._agent_failures = 0
-        self._propose_s: list[float] = []
-        self._paused_until = 0.0
+        self._run_path, self._journal, self._store, self._lineage = run.path, run.journal, run.store, run.lineage
+        self._seed_name, self._device = run.spec.name, cfg.device
+        self._elapsed_before = run.state.elapsed_s
         self._session_start = time.time()
-        self._briefing = Briefing(session, self._commit_lock)
-        self.frontier = Frontier(cfg.search.frontier_size, cfg.search.explore)
-        members = [Member(session.lineage.root_commit(), SEED_TAG, 1.0)] + [
-            Member(k.commit, k.attempt_id, k.speedup_vs_seed, noise_of(k)) for k in session.lineage.accepted()]
-        self._sources = Sources()
-        for member in members:
-            self.frontier.add(member)
-            self._sources.claim(self._briefing.kernel(member.commit)[0], member.name)
-        self._since_improvement = 0
-        best = 1.0
-        for r in self._records:
-            source = session.store.read(r.attempt_id, "candidate.py")
-            if source is not None:
-                self._sources.claim(source, r.attempt_id)
-            self.frontier.note(r.parent_commit, r.outcome in _NOTHING_NEW)
-            improved = r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0.0) > best
-            best = max(best, r.speedup or 0.0) if improved else best
-            self._since_improvement = 0 if improved else self._since_improvement + 1
+        self._cond = threading.Condition()     # re-entrant: shared by the scheduler and the ledger
+        self._commit_lock = threading.Lock()   # git and the lineage; taken before _cond, never after
+        self.ledger = Ledger(self._cond, run.journal, run.path, RunFacts.of(cfg, run.spec.name, run.environment),
+                             Frontier(cfg.search.frontier_size, cfg.search.explore),
+                             Usage(run.state.input_tokens, run.state.output_tokens, run.state.cost_usd))
+        self.scheduler = Scheduler(self._cond, run.journal, self.ledger, cfg.limits, cfg.rng_seed, self.elapsed_s,
+                                   run.state.indices, run.state.next_index, run.redo)
+        self._evaluations = Evaluations(run.spec, session.reference, session.options, cfg.search, run.store,
+                                        self.throughput, self.scheduler.interrupted)
+        self._briefing = Briefing(run.spec, cfg.device, str(run.environment.get("device_name", cfg.device)),
+                                  cfg.rng_seed, run.lineage, run.store, self._commit_lock, run.path / PROBES_FILE)
+        self.ledger.restore(run.lineage.root_commit(), run.lineage.accepted(), run.state.finished.values(),
+                            lambda name, kernel: self._briefing.kernel(name)[0] if kernel
+                            else run.store.read(name, "candidate.py"))
+
+    @property
+    def frontier(self) -> Frontier:
+        return self.ledger.frontier
 
     # ------------------------------------------------------------------ control
 
     def run(self) -> RunSummary:
-        cfg = self.s.config
-        self.s.journal.append("session", t=self._session_start, pid=os.getpid(), workers=self.executor.slots,
-                              iterations=cfg.limits.iterations, executor=self.executor.kind)
+        limits = self.scheduler.limits
+        self._journal.append("session", t=self._session_start, pid=os.getpid(), workers=self.executor.slots,
+                             iterations=limits.iterations, executor=self.executor.kind)
         threads = [threading.Thread(target=self._worker, name=f"attempt-{i}", daemon=True)
                    for i in range(self.executor.slots + 1)]
         for t in threads:
@@ -111,10 +101,11 @@ class Optimizer:
         try:
             deadline = None
             while any(t.is_alive() for t in threads):
-                if self._interrupted.is_set():
+                if self.scheduler.interrupted.is_set():
                     deadline = deadline or time.monotonic() + INTERRUPT_GRACE_S
                     if time.monotonic() > deadline:
-                        log.warning("leaving %d attempt(s) unfinished; a resume redoes them", len(self._in_flight))
+                        log.warning("leaving %d attempt(s) unfinished; a resume redoes them",
+                                    len(self.scheduler.in_flight))
                         break
                 for t in threads:
                     t.join(timeout=0.1)
@@ -127,70 +118,25 @@ class Optimizer:
 
     def interrupt(self) -> None:
         """Stop soon: no new attempts, in-flight evaluations killed and abandoned."""
-        with self._cond:
-            self._stop = StopReason.INTERRUPTED
-            self._interrupted.set()
-            self._cond.notify_all()
+        self.scheduler.interrupt()
         self.executor.cancel()
-
-    def _request_stop(self, reason: StopReason) -> None:
-        with self._cond:
-            self._stop = self._stop or reason
-            self._cond.notify_all()
 
     def _finish(self) -> RunSummary:
         # Not while an accepted kernel is being committed: the summary must include it.
         with self._commit_lock, self._cond:
-            summary = self._summary()
-            summary.save(self.s.path)
-            self.s.journal.append("stopped", reason=summary.stop_reason, t=time.time())
+            summary = self.ledger.summary(self._now())
+            summary.save(self._run_path)
+            self._journal.append("stopped", reason=summary.stop_reason, t=time.time())
         return summary
 
-    # ------------------------------------------------------------------ scheduling
-
-    def _spend(self) -> Spend:
-        return Spend(attempts=len(self._records), in_flight=len(self._in_flight), elapsed_s=self.elapsed_s(),
-                     tokens=self._usage[0] + self._usage[1], cost_usd=self._usage[2] or 0.0,
-                     since_improvement=self._since_improvement)
-
     def elapsed_s(self) -> float:
-        return self.s.state.elapsed_s + (time.time() - self._session_start)
+        return self._elapsed_before + (time.time() - self._session_start)
 
-    def _take(self) -> Ticket | None:
-        with self._cond:
-            while True:
-                if self._stop is not None:
-                    return None
-                if time.time() < self._paused_until:
-                    self._cond.wait(min(1.0, self._paused_until - time.time()))
-                    continue
-                reason = stop_reason(self.s.config.limits, self._spend())
-                if reason is None:
-                    index = self.s.state.indices[self._redo[0]] if self._redo else self._next_index
-                    if self.frontier.choose(attempt_rng(self.s.config.rng_seed, index)) is None:
-                        reason = StopReason.EXHAUSTED
-                if reason is not None:
-                    if not self._in_flight:  # nothing running could change the answer
-                        if reason is StopReason.EXHAUSTED:
-                            log.info("the search is exhausted: nothing new from any kernel of the frontier")
-                        self._stop = reason
-                        self._cond.notify_all()
-                        return None
-                    self._cond.wait(0.5)
-                    continue
-                if self._redo:
-                    aid = self._redo.pop(0)
-                else:
-                    aid, self._next_index = attempt_id(index), index + 1
-                    self.s.state.indices[aid] = index
-                now = time.time()
-                ticket = Ticket(aid, index, None, now, stage_started=now)
-                self._in_flight[aid] = ticket
-                self.s.journal.append("started", attempt_id=aid, index=index, t=ticket.started)
-                return ticket
+    # ------------------------------------------------------------------ threads
 
     def _worker(self) -> None:
-        while (ticket := self._take()) is not None:
+        scheduler = self.scheduler
+        while (ticket := scheduler.take()) is not None:
             try:
                 self._attempt(ticket)
             except Abandoned:
@@ -199,54 +145,32 @@ class Optimizer:
                 self._slot_lost(ticket, exc)
             except ExecutorFailed as exc:
                 log.error("%s; stopping (a resume redoes %s)", exc, ticket.attempt_id)
-                self._request_stop(StopReason.ERROR)
+                scheduler.request_stop(StopReason.ERROR)
             except AgentUnavailable as exc:
-                self._agent_failed(ticket, exc)
+                scheduler.agent_failed(ticket, exc)
             except OSError as exc:  # a full disk, a vanished directory: the machine's, not a bug
                 log.debug("%s: OS error", ticket.attempt_id, exc_info=True)
                 log.error("%s: %s; stopping (a resume redoes this attempt)", ticket.attempt_id, exc)
-                self._request_stop(StopReason.ERROR)
+                scheduler.request_stop(StopReason.ERROR)
             except Exception:
                 log.exception("%s: unexpected error; stopping (a resume redoes this attempt)", ticket.attempt_id)
-                self._request_stop(StopReason.ERROR)
+                scheduler.request_stop(StopReason.ERROR)
             finally:
-                with self._cond:
-                    if self._in_flight.get(ticket.attempt_id) is ticket:  # not its redo, taken meanwhile
-                        del self._in_flight[ticket.attempt_id]
-                    self._cond.notify_all()
+                scheduler.done(ticket)
 
     def _slot_lost(self, ticket: Ticket, exc: SlotLost) -> None:
         """No verdict came back: the attempt is redone under its id (its partial files set aside),
         so it is neither lost nor counted twice.  Interrupted, it is left for a resume."""
         aid = ticket.attempt_id
-        if self._interrupted.is_set():
+        if self.scheduler.interrupted.is_set():
             log.debug("%s abandoned: %s", aid, exc)
             return
-        moved = self.s.store.set_aside(aid)
+        moved = self._store.set_aside(aid)
         with self._cond:
-            self._sources.forget(aid)
-            self._redo.insert(0, aid)
-            self._cond.notify_all()
+            self.ledger.forget(aid)
+            self.scheduler.redo(aid)
         log.warning("%s: %s; the attempt is redone (its partial files are in %s)", aid, exc,
                     moved.name if moved else "nowhere: none were written")
-
-    def _agent_failed(self, ticket: Ticket, exc: AgentUnavailable) -> None:
-        with self._cond:
-            self._agent_failures += 1
-            n = self._agent_failures
-            if not exc.transient or n > len(AGENT_RETRY_S):
-                if self._stop is None:  # said once, however many threads met the failure
-                    log.error("the agent is unavailable: %s; stopping (resume the run when it is back)", exc)
-                self._stop = self._stop or StopReason.AGENT_UNAVAILABLE
-            else:
-                delay = AGENT_RETRY_S[n - 1]
-                log.warning("the agent is unavailable (%s); pausing %d s before retrying %s", exc, delay,
-                            ticket.attempt_id)
-                self._paused_until = time.time() + delay
-                self._redo.insert(0, ticket.attempt_id)
-            self._cond.notify_all()
-
-    # ------------------------------------------------------------------ one attempt
 
     def _attempt(self, ticket: Ticket) -> None:
         """Parent, proposal, evaluation, promotion.  When proposals are quick (the offline
@@ -254,151 +178,71 @@ class Optimizer:
         chosen with every earlier result known; slow proposals (an LLM) overlap evaluations."""
         slot: Slot | None = None
         try:
-            if not self._slow_proposals():
-                ticket.enter("waiting")
-                slot = self.executor.acquire()
-                ticket.slot = f"{slot.name}@{slot.node}"
+            if not self.scheduler.slow_proposals():
+                slot = self._acquire(ticket)
             self._evaluations.check()
-            with self._cond:
-                ticket.parent = self.frontier.choose(attempt_rng(self.s.config.rng_seed, ticket.index))
-                if ticket.parent is None:  # everything exhausted meanwhile: let _take decide
-                    self._redo.insert(0, ticket.attempt_id)
-                    return
-            ticket.enter("proposing")
-            record, candidate, parent_file = self._propose(ticket)
-            if record is None:  # the agent has no move left from this parent: not an attempt
+            ticket.parent = self.scheduler.parent(ticket.index)
+            if ticket.parent is None:  # everything exhausted meanwhile: let take() decide
+                self.scheduler.redo(ticket.attempt_id)
                 return
-            if candidate is None:
-                return self._complete(ticket, record)
-            if slot is None:
-                ticket.enter("waiting")
-                slot = self.executor.acquire()
-                ticket.slot = f"{slot.name}@{slot.node}"
-            verdict = self._evaluations.judge(ticket, record, candidate, parent_file, slot)
-            if record.outcome is AttemptOutcome.ACCEPTED:
-                self._promote(ticket, record, verdict, candidate)
+            ticket.enter("proposing")
+            proposed = self._propose(ticket)
+            if proposed is None:  # the agent has no move left from this parent: not an attempt
+                return
+            if proposed.candidate is None:
+                return attempt.complete(self._store, self.ledger, proposed.record, self._now)
+            slot = slot or self._acquire(ticket)
+            record = proposed.record
+            verdict = self._evaluations.judge(ticket, record, proposed.candidate, proposed.parent_file, slot)
+            if record.outcome is Outcome.ACCEPTED:
+                attempt.promote(self._store, self._lineage, self._commit_lock, self.ledger, ticket, record, verdict,
+                                proposed.candidate, self._seed_name, self._device, self._now)
             else:
-                self._complete(ticket, record)
+                attempt.complete(self._store, self.ledger, record, self._now)
         finally:
             # Released only once the result is known to the frontier and the journal,
             # so that the next attempt to take this slot sees it.
             if slot is not None:
                 self.executor.release(slot)
 
-    def _slow_proposals(self) -> bool:
-        with self._cond:
-            recent = self._propose_s[-5:]
-        return bool(recent) and sorted(recent)[len(recent) // 2] > SLOW_PROPOSAL_S
+    def _acquire(self, ticket: Ticket) -> Slot:
+        ticket.enter("waiting")
+        slot = self.executor.acquire()
+        ticket.slot = f"{slot.name}@{slot.node}"
+        return slot
 
-    def _propose(self, ticket: Ticket) -> tuple[AttemptRecord | None, Path | None, Path | None]:
-        """Ask the agent; keep what it said.  No candidate path: nothing to evaluate.  No record:
-        the agent is out of moves from the parent, which is set aside and the attempt redone."""
-        s, aid, parent = self.s, ticket.attempt_id, ticket.parent
-        with self._cond:
-            records = list(self._records)
-            seen = self._sources.keys()
+    def _propose(self, ticket: Ticket) -> attempt.Proposed | None:
+        """Ask the agent; keep what it said.  None: the agent is out of moves from the parent,
+        which is set aside and the attempt redone from another."""
+        parent = ticket.parent
+        records, seen = self.ledger.seen()
         context = self._briefing.context(parent, ticket.index, records, seen)
-        t0 = time.time()
-        proposal = self.agent.propose(context)
-        propose_s = time.time() - t0
+        proposal, propose_s = attempt.ask(self.agent, context)
         self._evaluations.check()
-        usage = proposal.usage
         with self._cond:
-            self._agent_failures = 0
-            self._propose_s.append(propose_s)
-            s.journal.append("proposed", attempt_id=aid, parent_commit=parent.commit, input_tokens=usage.input_tokens,
-                             output_tokens=usage.output_tokens, cost_usd=usage.cost_usd, t=time.time())
-            self._usage[0] += usage.input_tokens
-            self._usage[1] += usage.output_tokens
-            if usage.cost_usd is not None:
-                self._usage[2] = (self._usage[2] or 0.0) + usage.cost_usd
+            self.scheduler.proposed(propose_s)
+            self.ledger.spent(ticket.attempt_id, parent.commit, proposal.usage)
             if proposal.exhausted:  # its tokens count; as an attempt it is redone from another parent
-                self.frontier.set_aside(parent.commit)
-                self._redo.insert(0, aid)
-                self._cond.notify_all()
+                self.ledger.frontier.set_aside(parent.commit)
+                self.scheduler.redo(ticket.attempt_id)
         if proposal.exhausted:
             log.info("%s set aside: %s", parent.name, proposal.error)
-            return None, None, None
-        s.store.write(aid, "prompt.md", proposal.prompt)
-        s.store.write(aid, "reply.md", proposal.reply)
-        s.store.write(aid, "rationale.txt", proposal.rationale)
-        parent_file = s.store.write(aid, "parent.py", context.parent_source)
-        record = AttemptRecord(
-            attempt_id=aid, index=ticket.index, parent_commit=parent.commit, parent_id=parent.name,
-            outcome=AttemptOutcome.NO_CODE, reason=proposal.error, rationale=proposal.rationale,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
-            agent=self.agent.name, model=self.agent.model, started_at=ticket.started, propose_s=propose_s)
-        if not proposal.ok:
-            return record, None, parent_file
-        candidate = s.store.write(aid, "candidate.py", proposal.source)
-        s.store.write(aid, "diff.patch", source_diff(context.parent_source, proposal.source, parent.name, aid))
-        with self._cond:
-            same = self._sources.claim(proposal.source, aid)
-            if same != aid:
-                record.outcome = AttemptOutcome.DUPLICATE
-                record.reason = f"the same source as {earlier(same, parent.name, self._records)}: not evaluated again"
-                return record, None, parent_file
-        return record, candidate, parent_file
-
-    def _promote(self, ticket: Ticket, record: AttemptRecord, verdict: Verdict, candidate: Path) -> None:
-        """Commit (and tag) first, journal second: a kill in between is repaired on resume."""
-        s, aid, parent = self.s, ticket.attempt_id, ticket.parent
-        evaluation = s.store.write_json(aid, "evaluation.json", {
-            **verdict.to_dict(), "kind": "variant", "attempt_id": aid, "parent_commit": parent.commit})
-        ticket.enter("committing")
-        with self._commit_lock:
-            record.commit = s.lineage.commit_variant(aid, parent.commit, candidate, evaluation,
-                                                     commit_message(record, verdict, self.s.spec.name, self.s.config.device))
-            with self._cond:
-                best = record.speedup > self.frontier.best().speedup
-            if best:
-                s.lineage.set_best(record.commit)
-            self._complete(ticket, record)
-
-    def _complete(self, ticket: Ticket, record: AttemptRecord) -> None:
-        record.finished_at = time.time()
-        self.s.store.write_json(record.attempt_id, "record.json", record.to_dict())
-        with self._cond:
-            self.s.journal.append("finished", record=record.to_dict(), t=record.finished_at)
-            self._records.append(record)
-            self.frontier.note(record.parent_commit, record.outcome in _NOTHING_NEW)
-            improved = record.commit is not None and record.speedup > self.frontier.best().speedup
-            if record.commit is not None:
-                self.frontier.add(Member(record.commit, record.attempt_id, record.speedup, record.noise))
-            self._since_improvement = 0 if improved else self._since_improvement + 1
-            self._summary().save(self.s.path)
-            self._cond.notify_all()
-        log.info("%s", describe(record))
+            return None
+        proposed = attempt.keep(self._store, self.agent, ticket, context, proposal, propose_s)
+        if proposed.candidate is None:
+            return proposed
+        return attempt.dedupe(proposed, proposal.source, self.ledger)
 
     # ------------------------------------------------------------------ views
 
-    def _summary(self) -> RunSummary:
-        cfg, best = self.s.config, self.frontier.best()
-        return RunSummary(
-            run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model,
-            iterations=len(self._records), iterations_limit=cfg.limits.iterations,
-            accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
-            best_speedup=best.speedup, best_commit=best.commit, best_attempt=best.name,
-            input_tokens=self._usage[0], output_tokens=self._usage[1], cost_usd=self._usage[2],
-            elapsed_s=round(self.elapsed_s(), 1), stop_reason=self._stop.value if self._stop else None,
-            outcomes=outcome_counts(self._records), environment=self.s.environment, updated=utc_now(),
-            executor=self.executor.kind, nodes=[n.to_dict() for n in self._nodes()], best_noise=best.noise,
-            noise_margin=cfg.search.noise_floor, too_noisy=too_noisy(self._records))
-
-    def _nodes(self):
-        return self.throughput.nodes(self.executor.placement(), time.time() - self._session_start)
+    def _now(self) -> SummaryInputs:
+        stop = self.scheduler.stop
+        return SummaryInputs(self.elapsed_s(), stop.value if stop else None, self.executor.kind,
+                             self.throughput.nodes(self.executor.placement(), time.time() - self._session_start))
 
     def snapshot(self, recent: int = 10) -> Snapshot:
-        cfg = self.s.config
+        scheduler = self.scheduler
         with self._cond:
-            paused = None
-            if time.time() < self._paused_until:
-                paused = f"agent unavailable, retrying in {self._paused_until - time.time():.0f} s"
-            return Snapshot(
-                run_id=cfg.run_id, seed=self.s.spec.name, agent=cfg.agent, model=cfg.model, workers=self.executor.slots,
-                gauges=gauges(cfg.limits, self._spend()), best=self.frontier.best(),
-                accepted=sum(r.outcome is AttemptOutcome.ACCEPTED for r in self._records),
-                outcomes=outcome_counts(self._records), in_flight=[Ticket(**vars(t)) for t in self._in_flight.values()],
-                recent=list(self._records[-recent:]), stop_reason=self._stop.value if self._stop else None,
-                paused=paused, frontier=self.frontier.top(), executor=self.executor.kind, nodes=self._nodes(),
-                noise_margin=cfg.search.noise_floor, too_noisy=too_noisy(self._records))
+            return self.ledger.snapshot(
+                self._now(), gauges(scheduler.limits, scheduler.spend()), self.executor.slots,
+                [Ticket(**vars(t)) for t in scheduler.in_flight.values()], scheduler.paused(), recent)

@@ -32,13 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tik_agent import figures
-from tik_agent.run.journal import AttemptOutcome
+from tik_agent.outcomes import Outcome
 from tik_agent.judge.records import Verdict
 
 
 @dataclass(frozen=True)
 class Decision:
-    outcome: AttemptOutcome | None   # None: promising (confirm it), or too noisy to rank (re-time it)
+    outcome: Outcome | None   # None: promising (confirm it), or too noisy to rank (re-time it)
     reason: str | None = None
     noisy: bool = False              # the verdict was too noisy to rank the candidate
 
@@ -75,27 +75,27 @@ def screen(verdict: Verdict, floor: float, parent: str = "the parent") -> Decisi
     """After the first evaluation: rejected, worth a confirming re-time, or too noisy to rank.
     ``parent`` names the parent in the reason ("the seed" when it is)."""
     if not verdict.passed:
-        return Decision(AttemptOutcome(verdict.outcome.value), verdict.reason)
+        return Decision(Outcome(verdict.outcome.value), verdict.reason)
     ok, why = _gain(verdict, floor, parent)
     if ok is None:
         return Decision(None, why, noisy=True)
-    return Decision(None, why) if ok else Decision(AttemptOutcome.NOT_FASTER, why)
+    return Decision(None, why) if ok else Decision(Outcome.NOT_FASTER, why)
 
 
 def confirm(verdict: Verdict, floor: float, parent: str = "the parent") -> Decision:
     """After the confirming evaluation: accepted, not confirmed, or too noisy to rank."""
     if not verdict.passed:
-        return Decision(AttemptOutcome(verdict.outcome.value), f"confirming run: {verdict.reason}")
+        return Decision(Outcome(verdict.outcome.value), f"confirming run: {verdict.reason}")
     ok, why = _gain(verdict, floor, parent)
     if ok is None:
         return Decision(None, f"confirming run: {why}", noisy=True)
     if ok:
-        return Decision(AttemptOutcome.ACCEPTED, why)
-    return Decision(AttemptOutcome.UNCONFIRMED, f"confirming run: {why}")
+        return Decision(Outcome.ACCEPTED, why)
+    return Decision(Outcome.UNCONFIRMED, f"confirming run: {why}")
 
 
 def unresolved(decision: Decision, confirming: bool, retimes: int) -> Decision:
     """A verdict still too noisy to rank after ``retimes`` re-times: not promoted, and says why."""
-    outcome = AttemptOutcome.UNCONFIRMED if confirming else AttemptOutcome.NOT_FASTER
+    outcome = Outcome.UNCONFIRMED if confirming else Outcome.NOT_FASTER
     return Decision(outcome, f"{decision.reason} after {retimes} re-time{'' if retimes == 1 else 's'}; "
                              f"not promoted", noisy=True)

@@ -37,7 +37,8 @@ import tik_agent
 from tik_agent.errors import UsageError
 from tik_agent.judge.options import EvalOptions, Reference
 from tik_agent.judge.records import Verdict
-from tik_agent.search.executor import ExecutorFailed, SlotLost
+from tik_agent.run.rundir import WARM_CACHE
+from tik_agent.search.slots import ExecutorFailed, SlotLost
 from tik_agent.search.ray_node import EvaluationActor, SeedBundle
 from tik_agent.spec.schema import KernelSpec
 
@@ -130,8 +131,6 @@ class RayExecutor:
 
     @classmethod
     def for_session(cls, session, workers: int, address: str | None = None, **kw) -> "RayExecutor":
-        from tik_agent.run.rundir import WARM_CACHE
-
         warm = session.path / WARM_CACHE
         bundle = SeedBundle.pack(session.spec, session.reference, session.config.device,
                                  warm if warm.is_dir() else None)

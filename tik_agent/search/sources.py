@@ -5,7 +5,8 @@ from any parent.  A repeat is a duplicate that names the earlier one and its out
 from __future__ import annotations
 
 from tik_agent import pyparse
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord
+from tik_agent.run.journal import AttemptRecord
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import SEED_TAG
 
 
@@ -38,6 +39,6 @@ def earlier(owner: str, parent: str, records: list[AttemptRecord]) -> str:
     if done is None:
         return f"{owner} (still being evaluated)"
     text = f"{owner} from {done.parent_id}, {done.outcome.value}"
-    if done.outcome is AttemptOutcome.ACCEPTED:
+    if done.outcome is Outcome.ACCEPTED:
         text += f", {done.speedup:.3f}x the seed"
     return text

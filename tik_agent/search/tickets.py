@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from tik_agent import figures
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord
+from tik_agent.run.journal import AttemptRecord
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import SEED_TAG, AcceptedKernel, format_trailers
 from tik_agent.search.budget import Gauge
 from tik_agent.search.frontier import Member
@@ -89,7 +90,7 @@ def _speedups(record: AttemptRecord, parent: str) -> str:
 def describe(record: AttemptRecord) -> str:
     """One log line for a finished attempt."""
     text = f"{record.attempt_id} from {record.parent_id}: {record.outcome.value}"
-    if record.outcome is AttemptOutcome.ACCEPTED:
+    if record.outcome is Outcome.ACCEPTED:
         text += f", {_speedups(record, 'the parent')}"
         if record.retimes:
             text += f" (re-timed {record.retimes}x: too noisy to rank at first)"

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tik_agent import figures
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import SEED_TAG
 from tik_agent.search.budget import Gauge
 from tik_agent.search.frontier import Member
@@ -27,10 +28,11 @@ from tik_agent.search.optimize import Optimizer
 from tik_agent.search.tickets import Snapshot, Ticket
 from tik_agent.run.runconfig import format_duration
 
-OUTCOME_STYLE = {
-    "accepted": "bold green", "not_faster": "yellow", "unconfirmed": "yellow", "slower": "yellow",
-    "no_code": "dim", "duplicate": "dim", "parity_failed": "red", "integrity_failed": "red", "compile_error": "magenta",
-    "runtime_error": "magenta", "rejected_static": "magenta", "timeout": "red", "crashed": "red",
+OUTCOME_STYLE = {   # every attempt outcome (tik_agent.outcomes.ATTEMPT_OUTCOMES)
+    Outcome.ACCEPTED: "bold green", Outcome.NOT_FASTER: "yellow", Outcome.UNCONFIRMED: "yellow",
+    Outcome.SLOWER: "yellow", Outcome.NO_CODE: "dim", Outcome.DUPLICATE: "dim", Outcome.PARITY_FAILED: "red",
+    Outcome.INTEGRITY_FAILED: "red", Outcome.COMPILE_ERROR: "magenta", Outcome.RUNTIME_ERROR: "magenta",
+    Outcome.REJECTED_STATIC: "magenta", Outcome.TIMEOUT: "red", Outcome.CRASHED: "red",
 }
 
 
@@ -135,18 +137,17 @@ WIDE = 120
 
 
 def _note(r) -> str:
-    note = r.rationale if r.outcome.value == "accepted" else (r.reason or r.rationale)
+    note = r.rationale if r.outcome is Outcome.ACCEPTED else (r.reason or r.rationale)
     return " ".join((note or "").split())
 
 
 def _cells(r) -> list[Text]:
-    outcome = r.outcome.value
     # A rejected attempt's speedup is a measurement that did not count: dim, not a headline.
-    speed_style = "" if outcome == "accepted" else "dim"
+    speed_style = "" if r.outcome is Outcome.ACCEPTED else "dim"
     # A kernel from the seed was timed against the seed only: one figure, "vs par." is left empty.
     measured = r.speedup is not None
     vs_parent = "" if r.parent_id == SEED_TAG else _speed(r.speedup_vs_parent)
-    return [Text(r.attempt_id), Text(r.parent_id), Text(outcome, style=OUTCOME_STYLE.get(outcome, "")),
+    return [Text(r.attempt_id), Text(r.parent_id), Text(r.outcome.value, style=OUTCOME_STYLE.get(r.outcome, "")),
             Text(_speed(r.speedup), style=speed_style),
             Text(figures.spread(r.noise)[1:] if measured else "", style=speed_style),
             Text(vs_parent if measured else "", style=speed_style), Text(f"{r.eval_s:.0f} s")]

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tik_agent import figures
-from tik_agent.run.journal import AttemptOutcome, AttemptRecord, RunSummary, finished_records
+from tik_agent.run.journal import AttemptRecord, RunSummary, finished_records
+from tik_agent.outcomes import Outcome
 from tik_agent.run.lineage import SEED_TAG, Lineage, open_run
 from tik_agent.search.tickets import noise_of
 
@@ -86,7 +87,7 @@ def figure(lineage: Lineage, records: list[AttemptRecord], device: str = "unknow
                        label=f"{outcome} (not timed)" if not timed else None, zorder=2)
     best, steps = 1.0, [1.0]
     for r in records:
-        if r.outcome is AttemptOutcome.ACCEPTED and (r.speedup or 0) > best:
+        if r.outcome is Outcome.ACCEPTED and (r.speedup or 0) > best:
             best = r.speedup
         steps.append(best)
     ax.step([0] + xs, steps, where="post", color="#2a9d3a", linewidth=1.5, label="best so far")
