@@ -49,6 +49,13 @@ def int_view(t):
     return t.contiguous().view(getattr(torch, _INT_VIEW[t.element_size()]))
 
 
+def layout_strides(t) -> tuple:
+    """``t``'s strides over its dimensions longer than 1: a dimension of size 1 is never
+    stepped along, so its stride places no element (torch sets it freely: a (1, N) view of a
+    transposed (N, 1) tensor has strides (1, 1), its contiguous copy (N, 1))."""
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n != 1)
+
+
 def meta_difference(expected, actual) -> str | None:
     """Shape, dtype, device-type or stride disagreement, as a sentence."""
     import torch
@@ -59,7 +66,7 @@ def meta_difference(expected, actual) -> str | None:
         return f"dtype {actual.dtype}, expected {expected.dtype}"
     if tuple(actual.shape) != tuple(expected.shape):
         return f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    if actual.stride() != expected.stride():
+    if layout_strides(actual) != layout_strides(expected):
         return f"strides {actual.stride()}, expected {expected.stride()}"
     return None
 
