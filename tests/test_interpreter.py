@@ -67,3 +67,50 @@ def test_block_k_stays_visible_in_the_bits():
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(16, 64, generator=g), torch.randn(64, 16, generator=g)
     assert not torch.equal(_run(a, b, block_k=16).view(torch.int32), _run(a, b, block_k=32).view(torch.int32))
+
+
+@triton.jit
+def _scaled(x, scale):
+    return tl.exp(x * scale) / (1.0 + tl.abs(x))
+
+
+@triton.jit
+def _with_a_device_function(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(y_ptr + offs, tl.sqrt(_scaled(x, 0.5) + tl.sum(x, axis=0)), mask=offs < n)
+
+
+def _device_function_bits() -> bytes:
+    x = torch.randn(300, generator=torch.Generator().manual_seed(3))
+    y = torch.empty_like(x)
+    _with_a_device_function[(triton.cdiv(300, 64),)](x, y, 300, BLOCK=64)
+    return y.numpy().tobytes()
+
+
+def test_the_builtin_names_cache_changes_no_bit_and_leaves_triton_language_as_it_was():
+    """Speed only: the member walk of the interpreter's per-launch patching is listed once.
+    The same kernel (a launch and a device-function call) gives the same bits under the
+    interpreter's own walk, and after either, triton.language holds its builtins again."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    cached = triton_interpreter._patch_builtin
+    if not getattr(cached, interpreter._NAMES_CACHE_MARK, False):
+        pytest.skip("this triton's _patch_builtin is not the one the cache was written against")
+    load = tl.load
+    with_cache = _device_function_bits()
+    assert tl.load is load and tl.core.is_builtin(tl.load)
+    import inspect
+
+    def walk(pkg, builder, scope):  # the interpreter's own
+        for name, member in inspect.getmembers(pkg):
+            if tl.core.is_builtin(member):
+                triton_interpreter._patch_attr(pkg, name, member, builder, scope)
+
+    triton_interpreter._patch_builtin = walk
+    try:
+        assert _device_function_bits() == with_cache
+    finally:
+        triton_interpreter._patch_builtin = cached
+    assert tl.load is load

@@ -32,6 +32,7 @@ from tik_agent.errors import UsageError
 log = logging.getLogger(__name__)
 
 _ORDERED_DOT_MARK = "_tik_ordered_dot"
+_NAMES_CACHE_MARK = "_tik_builtin_names"
 
 
 def activate() -> None:
@@ -50,6 +51,7 @@ def activate() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=re.escape(__name__))
     _install_ordered_dot()
+    _install_builtin_names_cache()
 
 
 def is_active() -> bool:
@@ -90,3 +92,39 @@ def _install_ordered_dot() -> None:
     setattr(ordered_dot, _ORDERED_DOT_MARK, True)
     builder_cls.create_dot = ordered_dot
     log.debug("installed the ordered fp32 dot in the Triton interpreter")
+
+
+def _install_builtin_names_cache() -> None:
+    """Speed only: the interpreter re-patches ``triton.language`` on every launch and every
+    device-function call, each time walking the modules with ``inspect.getmembers`` (a tenth
+    of a kernel's interpreted time, measured on rmsnorm).  The names of their builtins never
+    change, so they are listed once; each call still reads every member and patches exactly
+    those that are builtins then, as the original does.  Left alone where the interpreter's
+    helper is not the one this was written against."""
+    import inspect
+
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_builtin", None)
+    patch_attr = getattr(interpreter, "_patch_attr", None)
+    if original is None or patch_attr is None or getattr(original, _NAMES_CACHE_MARK, False):
+        return
+    if list(inspect.signature(original).parameters) != ["pkg", "builder", "scope"]:
+        log.debug("interpreter._patch_builtin has another signature; its member walk is left uncached")
+        return
+    from triton.language.core import is_builtin
+
+    names: dict[int, tuple[object, tuple[str, ...]]] = {}
+
+    def patch_builtin(pkg, builder, scope):
+        known = names.get(id(pkg))
+        if known is None or known[0] is not pkg:
+            known = (pkg, tuple(name for name, member in inspect.getmembers(pkg) if is_builtin(member)))
+            names[id(pkg)] = known
+        for name in known[1]:
+            member = getattr(pkg, name)
+            if is_builtin(member):
+                patch_attr(pkg, name, member, builder, scope)
+
+    setattr(patch_builtin, _NAMES_CACHE_MARK, True)
+    interpreter._patch_builtin = patch_builtin
