@@ -30,21 +30,21 @@ def session(tmp_path):
 
 
 def _record(session, attempt: str, index: int, outcome: Outcome, reason: str) -> AttemptRecord:
-    session.store.write(attempt, "diff.patch", f"--- seed/kernel.py\n+++ {attempt}/kernel.py\n")
-    return AttemptRecord(attempt_id=attempt, index=index, parent_commit=session.lineage.root_commit(),
+    session.run.store.write(attempt, "diff.patch", f"--- seed/kernel.py\n+++ {attempt}/kernel.py\n")
+    return AttemptRecord(attempt_id=attempt, index=index, parent_commit=session.run.lineage.root_commit(),
                          parent_id=SEED_TAG, outcome=outcome, reason=reason)
 
 
 def _briefing(session) -> Briefing:
-    return Briefing(session.spec, session.config.device, "CPU (test)", session.config.rng_seed, session.lineage,
-                    session.store, threading.Lock())
+    return Briefing(session.run.spec, session.run.config.device, "CPU (test)", session.run.config.rng_seed, session.run.lineage,
+                    session.run.store, threading.Lock())
 
 
 def test_a_runtime_error_reaches_the_prompt_as_a_runtime_error(session):
     records = [_record(session, "a0001", 1, Outcome.DUPLICATE, "the same source as the seed: not evaluated again"),
                _record(session, "a0002", 2, Outcome.NOT_FASTER, "1.001x the seed, within the noise"),
                _record(session, "a0003", 3, Outcome.RUNTIME_ERROR, TRACEBACK)]
-    seed = Member(session.lineage.root_commit(), SEED_TAG, 1.0)
+    seed = Member(session.run.lineage.root_commit(), SEED_TAG, 1.0)
     context = _briefing(session).context(seed, 4, records)
 
     assert [f.outcome for f in context.recent] == [Outcome.DUPLICATE, Outcome.NOT_FASTER, Outcome.RUNTIME_ERROR]
@@ -58,7 +58,7 @@ def test_a_runtime_error_reaches_the_prompt_as_a_runtime_error(session):
 
 def test_a_compile_error_is_still_told_as_one(session):
     records = [_record(session, "a0001", 1, Outcome.COMPILE_ERROR, "triton.CompilationError: bad constexpr")]
-    context = _briefing(session).context(Member(session.lineage.root_commit(), SEED_TAG, 1.0), 2, records)
+    context = _briefing(session).context(Member(session.run.lineage.root_commit(), SEED_TAG, 1.0), 2, records)
     prompt = PromptRenderer().render(context).user
     assert context.recent[0].outcome is Outcome.COMPILE_ERROR
     assert "# Your task: repair a compile error" in prompt and "runtime error" not in prompt.lower()

@@ -203,7 +203,7 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     assert summary.iterations == 0 and RunSummary.load(run).stop_reason == "interrupted"
     session = setup.reopen(run, config)
     try:
-        assert session.redo == ["a0001", "a0002"]  # the one evaluating, the one waiting for a slot
+        assert session.run.redo == ["a0001", "a0002"]  # the one evaluating, the one waiting for a slot
         assert (run / "attempts" / "a0001.interrupted-1" / "candidate.py").is_file()
         assert not (run / "attempts" / "a0002.interrupted-1" / "report.json").exists()
     finally:

@@ -62,7 +62,7 @@ def open_session(path: Path, workers: int = 1, **limits):
 
 def write_candidate(session, tmp_path: Path, name: str, edit) -> Path:
     old, new = edit
-    source = session.spec.source.read_text()
+    source = session.run.spec.source.read_text()
     assert not old or old in source
     d = tmp_path / name
     d.mkdir()
@@ -113,7 +113,7 @@ def test_a_node_that_differs_is_named_by_its_field(tmp_path):
 def test_the_seed_is_unpacked_once_per_node(run, tmp_path):
     session = setup.reopen(run, RunConfig.load(run))
     try:
-        bundle = SeedBundle.pack(session.spec, session.reference, "cpu")
+        bundle = SeedBundle.pack(session.run.spec, session.reference, "cpu")
     finally:
         session.close()
     first, unpacked = unpack(bundle, tmp_path)
@@ -139,13 +139,13 @@ def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
     try:
         local, remote = LocalExecutor("cpu", 1).acquire(), ex.acquire()
         assert remote.node == ray.util.get_node_ip_address() and ex.unpacked_on == [remote.node]
-        parent, options = session.spec.source, dataclasses.replace(session.options, timing=False)
+        parent, options = session.run.spec.source, dataclasses.replace(session.options, timing=False)
         fixed = {c.id for c in session.reference.cases}
         for name, edit, want in (("same", SAME, Outcome.PASSED), ("wrong", WRONG_BITS, Outcome.PARITY_FAILED)):
             candidate = write_candidate(session, tmp_path, name, edit)
             with ThreadPoolExecutor(1) as pool:  # both at once: the test's time, not the verdicts, is shared
-                here = pool.submit(local.evaluate, session.spec, candidate, options, session.reference, parent)
-                there = remote.evaluate(session.spec, candidate, options, session.reference, parent)
+                here = pool.submit(local.evaluate, session.run.spec, candidate, options, session.reference, parent)
+                there = remote.evaluate(session.run.spec, candidate, options, session.reference, parent)
                 here = here.result()
             assert here.outcome is there.outcome is want, (here.reason, there.reason)
             assert here.reason == there.reason and here.candidate_sha256 == there.candidate_sha256
@@ -155,7 +155,7 @@ def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
         endless = write_candidate(session, tmp_path, "endless", ENDLESS)
         quick = dataclasses.replace(session.options, timeout_s=6.0, timing=False)
         start = time.monotonic()
-        there = remote.evaluate(session.spec, endless, quick, session.reference, parent)
+        there = remote.evaluate(session.run.spec, endless, quick, session.reference, parent)
         assert there.outcome is Outcome.TIMEOUT and "wall-clock limit" in there.reason, there.reason
         assert time.monotonic() - start < 60
         assert ray.get(remote.actor.sandboxes.remote()) == 0  # the candidate's process was killed on the node
@@ -167,8 +167,8 @@ def test_ray_verdicts_are_the_local_ones(cluster, run, tmp_path):
 def test_a_node_with_another_environment_is_refused(cluster, run):
     session = setup.reopen(run, RunConfig.load(run))
     try:
-        bundle = SeedBundle.pack(session.spec, session.reference, "cpu")
-        expected = dict(run_environment(session.config.binding), torch="0.0-other")
+        bundle = SeedBundle.pack(session.run.spec, session.reference, "cpu")
+        expected = dict(run_environment(session.run.config.binding), torch="0.0-other")
         with pytest.raises(UsageError) as err:
             RayExecutor(bundle, 1, expected, reference_sha256=session.reference.seed_sha256)
     finally:
@@ -239,7 +239,7 @@ def test_ctrl_c_cancels_the_remote_evaluation(cluster, run):
     assert summary.stop_reason == "interrupted" and summary.iterations == 0 and time.monotonic() - start < 60
     again = setup.reopen(run, RunConfig.load(run))
     again.close()
-    assert again.redo[:1] == ["a0001"]
+    assert again.run.redo[:1] == ["a0001"]
 
 
 def test_an_offline_run_on_ray_accepts_a_variant(cluster, run):

@@ -146,16 +146,16 @@ def test_resume_repairs_main_locks_and_journal(run):
 
     session = setup.reopen(run, config)
     try:
-        assert session.redo == []
+        assert session.run.redo == []
         assert open_run(run).best_commit() == kernel.commit
         assert "ROWS_PER_PROGRAM = 16" in (run / "kernel.py").read_text()
-        [record] = session.state.finished.values()
+        [record] = session.run.state.finished.values()
         assert record.restored and record.commit == kernel.commit and record.speedup == kernel.speedup_vs_seed
     finally:
         session.close()
     session = setup.reopen(run, config)  # a second resume restores nothing twice
     try:
-        assert len(session.state.finished) == 1
+        assert len(session.run.state.finished) == 1
         assert sum(1 for e in Journal(run).events() if e["event"] == "finished") == 1
     finally:
         session.close()

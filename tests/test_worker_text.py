@@ -202,8 +202,8 @@ def test_a_candidates_escapes_reach_no_reader_raw(run, capsys, caplog):
         record = next(r for r in records if r.attempt_id == "a0001")
         # The next proposal from the seed, as the loop briefs it (the scripted agent's second
         # context may predate the verdict: proposals run ahead of evaluations).
-        briefing = Briefing(session.spec, session.config.device, "CPU (test)", session.config.rng_seed,
-                            session.lineage, session.store, threading.Lock())
+        briefing = Briefing(session.run.spec, session.run.config.device, "CPU (test)", session.run.config.rng_seed,
+                            session.run.lineage, session.run.store, threading.Lock())
         context = briefing.context(Member(record.parent_commit, "seed", 1.0), 3, records)
     finally:
         session.close()

@@ -145,7 +145,7 @@ def optimize(
                 f"{resume_command(path)}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if probes is not None:
-        shutil.copyfile(probes, session.path / rundir.PROBES_FILE)
+        shutil.copyfile(probes, session.run.path / rundir.PROBES_FILE)
     pool = None
     try:
         pool = open_executor(executor, session, workers=config.workers, ray_address=ray_address)

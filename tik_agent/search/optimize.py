@@ -58,7 +58,7 @@ INTERRUPT_GRACE_S = 8.0      # how long Ctrl-C waits for threads before writing 
 
 class Optimizer:
     def __init__(self, session: Session, agent: Agent, executor: Executor | None = None):
-        run, cfg = session.run, session.config
+        run, cfg = session.run, session.run.config
         self.agent = agent
         if executor is None:
             warm = run.path / WARM_CACHE

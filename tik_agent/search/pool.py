@@ -23,9 +23,9 @@ def open_executor(kind: str, session, *, workers: int, ray_address: str | None =
     """The executor of a run: ``local`` (this machine's slots) or ``ray`` (a cluster's actors)."""
     if kind not in EXECUTORS:
         raise UsageError(f"--executor: unknown executor {kind!r}; expected one of {list(EXECUTORS)}")
-    config = session.config
+    config = session.run.config
     if kind == "local":
-        warm = session.path / WARM_CACHE
+        warm = session.run.path / WARM_CACHE
         return LocalExecutor(config.device, workers, warm_cache=warm if warm.is_dir() else None)
     require_ray()
     from tik_agent.search.ray_executor import RayExecutor

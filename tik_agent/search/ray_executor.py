@@ -131,10 +131,10 @@ class RayExecutor:
 
     @classmethod
     def for_session(cls, session, workers: int, address: str | None = None, **kw) -> "RayExecutor":
-        warm = session.path / WARM_CACHE
-        bundle = SeedBundle.pack(session.spec, session.reference, session.config.device,
+        warm = session.run.path / WARM_CACHE
+        bundle = SeedBundle.pack(session.run.spec, session.reference, session.run.config.device,
                                  warm if warm.is_dir() else None)
-        return cls(bundle, workers, run_environment(session.config.binding),
+        return cls(bundle, workers, run_environment(session.run.config.binding),
                    reference_sha256=session.reference.seed_sha256, address=address, **kw)
 
     # ------------------------------------------------------------------ slots

@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 class Session:
     """An open run ready for the loop: what it stores, the seed's outputs, the evaluation options.
 
-    The loop's pieces are handed only the parts they need; the read-only properties
-    are for the CLI and the tests."""
+    The loop's pieces are handed only the parts they need; what the run stores is
+    read through ``run`` (``session.run.spec``, ``session.run.lineage``...)."""
 
     run: RunDir
     reference: Reference
@@ -47,42 +47,6 @@ class Session:
 
     def close(self) -> None:
         self.run.close()
-
-    @property
-    def path(self) -> Path:
-        return self.run.path
-
-    @property
-    def config(self) -> RunConfig:
-        return self.run.config
-
-    @property
-    def spec(self) -> KernelSpec:
-        return self.run.spec
-
-    @property
-    def lineage(self) -> LineageWriter:
-        return self.run.lineage
-
-    @property
-    def journal(self) -> Journal:
-        return self.run.journal
-
-    @property
-    def store(self) -> AttemptStore:
-        return self.run.store
-
-    @property
-    def environment(self) -> dict:
-        return self.run.environment
-
-    @property
-    def state(self) -> ResumeState:
-        return self.run.state
-
-    @property
-    def redo(self) -> list[str]:
-        return self.run.redo
 
 
 def eval_options(config: RunConfig) -> EvalOptions:
