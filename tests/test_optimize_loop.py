@@ -23,6 +23,8 @@ from tik_agent.run.journal import Journal, RunSummary, finished_records
 from tik_agent.run.lineage import open_run
 from tik_agent.search.interrupts import kill_sandboxes
 from tik_agent.search.optimize import Optimizer
+from tik_agent.search.executor import LocalExecutor
+from tik_agent.judge.evaluate import evaluate
 from tik_agent.run.runconfig import RunConfig
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
@@ -177,20 +179,26 @@ def test_interrupt_kills_evaluations_and_leaves_the_attempt_to_redo(run):
     agent = ScriptedAgent([FASTER, *NEUTRAL])
     config = RunConfig.load(run).extended(limits={"iterations": 3}, workers=None)
     session = setup.reopen(run, config)
-    optimizer = Optimizer(session, agent)
+    evaluating = threading.Event()
+
+    def evaluate_then_tell(spec, candidate, options, **kwargs):
+        # The real sandboxed evaluation, announced as it starts: the interrupt below lands
+        # inside a0001's evaluation however slow the machine is (polling the live view for
+        # the stage could miss it on a contended CI machine, and then a0001 finished).
+        evaluating.set()
+        return evaluate(spec, candidate, options, **kwargs)
+
+    executor = LocalExecutor(config.device, config.workers, evaluate_fn=evaluate_then_tell)
+    optimizer = Optimizer(session, agent, executor=executor)
 
     def interrupt_when_evaluating():
-        deadline = time.monotonic() + 30
-        candidate = run / "attempts" / "a0001" / "candidate.py"
-        while time.monotonic() < deadline and not (
-                candidate.is_file() and any(t.stage == "evaluating" for t in optimizer.snapshot().in_flight)):
-            time.sleep(0.05)
-        time.sleep(0.5)
+        evaluating.wait(timeout=300)
+        time.sleep(1.0)   # the worker is starting or running: either way it is killed
         interrupted_at.append(time.monotonic())
         optimizer.interrupt()
 
     interrupted_at: list[float] = []
-    threading.Thread(target=interrupt_when_evaluating).start()
+    threading.Thread(target=interrupt_when_evaluating, daemon=True).start()
     try:
         summary = optimizer.run()
     finally:
