@@ -1,12 +1,14 @@
-"""The Triton interpreter's launch overhead: its own member walk against tik-agent's cached names.
+"""The Triton interpreter's overhead: as triton ships it against tik-agent's speed-ups.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_interpreter.py [--seeds rmsnorm matmul] [--cases 15] [--repeat 3]
 
 Each seed's first ``--cases`` evaluation cases run in this process through the worker's
 harness (every launch the judge makes for a case: full batch, second run, rows alone,
-sub-batches), alternately with the interpreter's ``_patch_builtin`` as triton ships it
-(``inspect.getmembers`` on every launch and every device-function call) and with the one
-:func:`tik_agent.backends.interpreter.activate` installs (builtin names listed once).
+sub-batches), alternately with the interpreter's helpers as triton ships them and with the
+ones :func:`tik_agent.backends.interpreter.activate` installs: ``_patch_builtin`` (builtin
+names listed once instead of ``inspect.getmembers`` on every launch and device-function
+call), ``_patch_lang`` (no second patch of the language inside a launch) and
+``_get_np_dtype`` (its table kept per type).  ``--only NAME`` swaps that helper alone.
 Prints each run, the medians, their ratio, and the outputs' digest per variant: the bits
 must be the same.
 """
@@ -14,7 +16,6 @@ must be the same.
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
 import time
 
@@ -31,11 +32,19 @@ from tik_agent.spec.grid import evaluation_cases  # noqa: E402
 from tik_agent.spec.seeds import resolve  # noqa: E402
 
 
-def shipped_walk(pkg, builder, scope):
-    """triton's own ``_patch_builtin``, as 3.9 has it."""
-    for name, member in inspect.getmembers(pkg):
-        if triton_interpreter.tl.core.is_builtin(member):
-            triton_interpreter._patch_attr(pkg, name, member, builder, scope)
+HELPERS = ("_patch_builtin", "_patch_lang", "_get_np_dtype")
+
+
+def use(installed: dict, shipped: bool) -> None:
+    """Put the shipped helpers (or tik-agent's) in the interpreter module; with ``_patch_lang``,
+    the launch's wrapper that tells a device-function call inside a launch goes too."""
+    for name, fn in installed.items():
+        setattr(triton_interpreter, name, fn.__wrapped__ if shipped else fn)
+    if "_patch_lang" in installed:
+        triton_interpreter.GridExecutor.__call__ = LAUNCH.__wrapped__ if shipped else LAUNCH
+
+
+LAUNCH = triton_interpreter.GridExecutor.__call__
 
 
 def tensors(out) -> list:
@@ -48,12 +57,15 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", default=["rmsnorm", "matmul"])
     parser.add_argument("--cases", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", choices=HELPERS)
     args = parser.parse_args()
-    cached = triton_interpreter._patch_builtin
-    if not getattr(cached, interpreter._NAMES_CACHE_MARK, False):
-        raise SystemExit("this triton's _patch_builtin is not cached by tik-agent: nothing to compare")
+    installed = {name: getattr(triton_interpreter, name) for name in ((args.only,) if args.only else HELPERS)}
+    missing = [name for name, fn in installed.items() if not hasattr(fn, "__wrapped__")]
+    if missing:
+        raise SystemExit(f"this triton's {', '.join(missing)} not replaced by tik-agent: nothing to compare")
     launches.install()
-    print("| seed | cases | triton's walk, s (runs) | cached names, s (runs) | cached / walk | same bits |")
+    print(f"swapped: {', '.join(installed)}")
+    print("| seed | cases | as shipped, s (runs) | tik-agent's, s (runs) | tik-agent's / shipped | same bits |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for name in args.seeds:
         spec = resolve(name)
@@ -63,13 +75,13 @@ def main() -> None:
         times: dict[str, list[float]] = {"walk": [], "cached": []}
         digests: dict[str, set[str]] = {"walk": set(), "cached": set()}
         for _ in range(args.repeat):
-            for variant, patch in (("walk", shipped_walk), ("cached", cached)):
-                triton_interpreter._patch_builtin = patch
+            for variant in ("walk", "cached"):
+                use(installed, shipped=variant == "walk")
                 start = time.perf_counter()
                 outs = [runner.run_case(case) for case in cases]
                 times[variant].append(time.perf_counter() - start)
                 digests[variant].add(digest([t for out in outs for t in tensors(out)]))
-        triton_interpreter._patch_builtin = cached
+        use(installed, shipped=False)
         walk, fast = statistics.median(times["walk"]), statistics.median(times["cached"])
         same = len(digests["walk"] | digests["cached"]) == 1
         runs = {k: ", ".join(f"{t:.2f}" for t in v) for k, v in times.items()}

@@ -81,10 +81,10 @@ def _with_a_device_function(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.sqrt(_scaled(x, 0.5) + tl.sum(x, axis=0)), mask=offs < n)
 
 
-def _device_function_bits() -> bytes:
-    x = torch.randn(300, generator=torch.Generator().manual_seed(3))
+def _device_function_bits(n: int = 300) -> bytes:
+    x = torch.randn(n, generator=torch.Generator().manual_seed(3))
     y = torch.empty_like(x)
-    _with_a_device_function[(triton.cdiv(300, 64),)](x, y, 300, BLOCK=64)
+    _with_a_device_function[(triton.cdiv(n, 64),)](x, y, n, BLOCK=64)
     return y.numpy().tobytes()
 
 
@@ -114,3 +114,50 @@ def test_the_builtin_names_cache_changes_no_bit_and_leaves_triton_language_as_it
     finally:
         triton_interpreter._patch_builtin = cached
     assert tl.load is load
+
+
+def test_a_device_function_inside_a_launch_does_not_patch_the_language_again(monkeypatch):
+    """Speed only: inside a launch, a device function (``_scaled``, ``tl.sum``) patches the
+    language only where nothing has yet, so the patches per launch do not grow with its
+    programs.  Same bits as the interpreter's own repeats, and after either, triton.language
+    holds its builtins again."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    skipping, launch = triton_interpreter._patch_lang, triton_interpreter.GridExecutor.__call__
+    if not hasattr(skipping, "__wrapped__"):
+        pytest.skip("this triton's _patch_lang is not the one the skip was written against")
+    core = triton_interpreter._patch_lang_core
+    patches = []  # one per language module patched
+    monkeypatch.setattr(triton_interpreter, "_patch_lang_core", lambda *a: patches.append(1) or core(*a))
+    load = tl.load
+
+    def counted(n: int) -> tuple[bytes, int]:
+        patches.clear()
+        bits = _device_function_bits(n)
+        return bits, len(patches)
+
+    (one, ours_one), (five, ours_five) = counted(64), counted(300)   # 1 and 5 programs
+    assert ours_one == ours_five and tl.load is load and tl.core.is_builtin(tl.load)
+    # negative control: as shipped, every program's calls patch again
+    monkeypatch.setattr(triton_interpreter, "_patch_lang", skipping.__wrapped__)
+    monkeypatch.setattr(triton_interpreter.GridExecutor, "__call__", launch.__wrapped__)
+    (one_shipped, shipped_one), (five_shipped, shipped_five) = counted(64), counted(300)
+    assert (one_shipped, five_shipped) == (one, five)
+    assert shipped_five > shipped_one >= ours_one and tl.load is load
+
+
+def test_the_numpy_dtype_table_is_kept_per_type():
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    cached = triton_interpreter._get_np_dtype
+    if not hasattr(cached, "__wrapped__"):
+        pytest.skip("this triton's _get_np_dtype is not the one the cache was written against")
+    types = [tl.float32, tl.bfloat16, tl.float16, tl.int1, tl.int8, tl.uint64, tl.pointer_type(tl.float32),
+             tl.block_type(tl.float32, [16]), tl.block_type(tl.bfloat16, [4, 8]),
+             tl.block_type(tl.pointer_type(tl.int32), [2])]
+    assert [cached(t) for t in types] == [cached.__wrapped__(t) for t in types]
+    assert [cached(t) for t in types] == [np.dtype(x) for x in (np.float32, np.uint16, np.float16, bool, np.int8,
+                                                                np.uint64, np.uint64, np.float32, np.uint16,
+                                                                np.uint64)]

@@ -52,6 +52,8 @@ def activate() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=re.escape(__name__))
     _install_ordered_dot()
     _install_builtin_names_cache()
+    _install_nested_patch_skip()
+    _install_dtype_cache()
 
 
 def is_active() -> bool:
@@ -127,4 +129,84 @@ def _install_builtin_names_cache() -> None:
                 patch_attr(pkg, name, member, builder, scope)
 
     setattr(patch_builtin, _NAMES_CACHE_MARK, True)
+    patch_builtin.__wrapped__ = original
     interpreter._patch_builtin = patch_builtin
+
+
+class _Unpatched:
+    """The scope of a patch that was not needed: nothing to restore."""
+
+    def restore(self) -> None:
+        pass
+
+
+def _install_nested_patch_skip() -> None:
+    """Speed only: a device function called inside a launch (``@triton.jit`` helpers, and
+    ``tl.sum`` and the like) patches the language modules its globals hold on every call; the
+    launch restores its own patch when it ends and nothing restores a device function's, so
+    within a launch a module once patched stays patched, and a repeat installs equivalent
+    closures.  Inside a launch, a call whose modules are all patched already patches nothing.
+    Left alone where the interpreter's pieces are not the ones this was written against."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang", None)
+    executor = getattr(interpreter, "GridExecutor", None)
+    if original is None or executor is None or getattr(original, _NAMES_CACHE_MARK, False):
+        return
+    tl, core = interpreter.tl, interpreter.tl.core
+    launch: dict = {"depth": 0, "patched": frozenset()}
+
+    def languages(fn) -> frozenset[int]:
+        return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is core)
+
+    def patch_lang(fn):
+        langs = languages(fn)
+        if launch["depth"] and langs <= launch["patched"]:
+            return _Unpatched()
+        scope = original(fn)
+        if launch["depth"]:  # patched until the launch ends: nothing restores a patch before that
+            launch["patched"] |= langs
+        return scope
+
+    launch_call = executor.__call__
+
+    def call(self, *args, **kwargs):
+        outer = launch["patched"]
+        launch["depth"] += 1
+        launch["patched"] = frozenset()
+        try:
+            return launch_call(self, *args, **kwargs)
+        finally:
+            launch["depth"] -= 1
+            launch["patched"] = outer
+
+    setattr(patch_lang, _NAMES_CACHE_MARK, True)
+    patch_lang.__wrapped__ = original
+    interpreter._patch_lang = patch_lang
+    call.__wrapped__ = launch_call
+    executor.__call__ = call
+
+
+def _install_dtype_cache() -> None:
+    """Speed only: the interpreter's ``_get_np_dtype`` builds its table of numpy dtypes on
+    every call (about a twentieth of an interpreted kernel's time); the answer for a Triton
+    type never changes, so it is kept per type."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_get_np_dtype", None)
+    if original is None or getattr(original, _NAMES_CACHE_MARK, False):
+        return
+    known: dict = {}
+
+    def get_np_dtype(tt_dtype):
+        try:
+            return known[tt_dtype]
+        except KeyError:
+            found = known[tt_dtype] = original(tt_dtype)
+            return found
+        except TypeError:  # unhashable: as the interpreter does it
+            return original(tt_dtype)
+
+    setattr(get_np_dtype, _NAMES_CACHE_MARK, True)
+    get_np_dtype.__wrapped__ = original
+    interpreter._get_np_dtype = get_np_dtype
