@@ -25,7 +25,11 @@ temporary cache, which the first "before" fills; the two alternate.
 seed with a one-line edit that changes its bits), against a reference computed
 beforehand, as an optimize run does: static rules, the seed's worker for this
 evaluation's cases, the candidate's worker, judging.  Most candidates an LLM
-writes fail parity, so this is the common attempt.  Every run is printed.
+writes fail parity, so this is the common attempt.  Two ways alternate in each
+repeat: every case run before the outputs are judged (``early_stop=False``: the
+gate stops the worker before timing, as before the parity stream) and each case
+judged as the worker finishes it, the worker stopped at the first that fails
+(the default).  Every run is printed.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ WRONG_BITS = {
 }
 
 
-def failing(spec, rounds: int, warmup: int, reference, workdir: Path) -> tuple[float, str]:
+def failing(spec, rounds: int, warmup: int, reference, workdir: Path, early_stop: bool = True) -> tuple[float, str]:
     old, new = WRONG_BITS[spec.name]
     source = spec.source.read_text()
     if old not in source:
@@ -135,23 +139,31 @@ def failing(spec, rounds: int, warmup: int, reference, workdir: Path) -> tuple[f
     candidate = workdir / "candidate.py"
     candidate.write_text(source.replace(old, new, 1))
     start = time.perf_counter()
-    verdict = evaluate(spec, candidate, EvalOptions(device="cpu", rounds=rounds, warmup=warmup), reference)
+    options = EvalOptions(device="cpu", rounds=rounds, warmup=warmup, early_stop=early_stop)
+    verdict = evaluate(spec, candidate, options, reference)
     if verdict.outcome.value != "parity_failed":
         sys.exit(f"{spec.name}: the edited seed was not a parity failure: {verdict.outcome.value}: {verdict.reason}")
     return time.perf_counter() - start, verdict.reason.split(": [")[0]
 
 
 def main_failing(args) -> None:
-    print("| seed | runs, s | median, s | first failing case |")
-    print("| --- | --- | ---: | --- |")
+    """Each repeat evaluates the same candidate twice, alternated: every case run before the
+    first is judged (early_stop=False, the gate's stop only) and judged as each case ends."""
+    print("| seed | all cases run, s | stopped at the failing case, s | ratio of medians | first failing case |")
+    print("| --- | --- | --- | ---: | --- |")
     for name in args.seeds:
         spec = resolve(name)
         reference = compute_reference(spec, EvalOptions(device="cpu", rounds=args.rounds, warmup=args.warmup))
+        runs: dict[bool, list] = {False: [], True: []}
         with tempfile.TemporaryDirectory() as tmp:
-            runs = [failing(spec, args.rounds, args.warmup, reference, Path(tmp)) for _ in range(args.repeat)]
-        times = [t for t, _ in runs]
-        print(f"| {name} | {', '.join(f'{t:.1f}' for t in times)} | {statistics.median(times):.1f} | {runs[0][1]} |",
-              flush=True)
+            for _ in range(args.repeat):
+                for early in (False, True):
+                    runs[early].append(failing(spec, args.rounds, args.warmup, reference, Path(tmp), early))
+        assert {r for _, r in runs[False]} == {r for _, r in runs[True]}, "the two ways gave different verdicts"
+        late, early = ([t for t, _ in runs[k]] for k in (False, True))
+        each = lambda ts: f"{statistics.median(ts):.1f} ({', '.join(f'{t:.1f}' for t in ts)})"  # noqa: E731
+        print(f"| {name} | {each(late)} | {each(early)} | {statistics.median(early) / statistics.median(late):.2f} "
+              f"| {runs[True][0][1]} |", flush=True)
 
 
 def main() -> None:

@@ -8,19 +8,23 @@ from tik_agent import cli
 from tik_agent.judge.evaluate import evaluate
 from tik_agent.judge.options import EvalOptions
 from tik_agent.outcomes import Outcome
-from tik_agent.spec.seeds import resolve
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
 
 
-def test_rmsnorm_seed_against_itself_json(capsys, device):
-    spec = resolve("rmsnorm")
-    code = cli.run(["eval", str(spec.source), "--seed", "rmsnorm", "--json", "--device", device, "--rounds", "2"])
+def test_rmsnorm_seed_against_itself_json(capsys, device, tmp_path):
+    """The JSON of `eval`, on a copy of the seed with a cut-down grid given as a directory (the
+    full grid passes check-seed in CI's seed-grids lane: 74 cases, a minute and a half here)."""
+    from seedutil import small_rmsnorm
+
+    seed = small_rmsnorm(tmp_path)
+    code = cli.run(["eval", str(seed / "kernel.py"), "--seed", str(seed), "--json", "--device", device,
+                    "--rounds", "2"])
     out = json.loads(capsys.readouterr().out)
     # The seed against itself: accepted (exit 0), or "slower" (exit 1) only when timing noise says so.
     assert (code, out["outcome"]) in ((0, "passed"), (1, "slower")), out["reason"]
     assert out["passed"] is (code == 0) and (out["reason"] is None) is (code == 0)
-    assert out["cases_passed"] == out["cases_total"] >= 50
+    assert out["cases_passed"] == out["cases_total"] >= 30
     assert {"case", "passed", "failed", "checks"} <= set(out["cases"][0])
     assert out["timing"] and {"name", "shape", "seed", "candidate", "speedup", "noise"} <= set(out["timing"][0])
     assert 0.5 < out["speedup"] < 2.0

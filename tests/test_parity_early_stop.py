@@ -1,10 +1,14 @@
-"""The early stop at the gate (tik_agent.judge.gate): a candidate that fails parity is
-never timed, its verdict is what it was, and nothing its worker writes or claims
-turns that into a pass.
+"""The early stops: in the parity phase, at the first fixed case that fails
+(tik_agent.judge.stream, with a reference given), and at the gate
+(tik_agent.judge.gate): a candidate that fails parity is never timed, its verdict is
+what it was, and nothing its worker writes or claims turns that into a pass.
 
 Evaluations go through ``evaluate_sandboxed`` (below the static rules, which would
 stop the hostile corpus file first) on the small rmsnorm grid, with the worker's
-directory kept: its last reported phase and result.json show how far it got.
+directory kept: its last reported phase and result.json show how far it got.  The
+gate's tests give no reference (the seed's worker computes the fixed cases beside
+the candidate's, as for a seed with no cached reference), so nothing is judged before
+the gate.
 """
 
 import json
@@ -21,7 +25,7 @@ from tik_agent.judge.evaluate import evaluate_sandboxed
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.gate import Gate
 from tik_agent.outcomes import Outcome
-from tik_agent.sandbox.worker import GATE_FILE, PROGRESS_FILE, RESULT_FILE
+from tik_agent.sandbox.worker import GATE_FILE, OUTPUTS_FILE, PROGRESS_FILE, RESULT_FILE
 from tik_agent.spec.schema import load_spec
 
 CORPUS = Path(__file__).parent / "adversarial" / "runtime"
@@ -50,13 +54,16 @@ def evaluate_kept(spec, reference, tmp_path_factory):
     """Evaluate, keeping the worker's directory: the verdict, the candidate worker's last
     reported phase and its result.json."""
 
-    def run(candidate: Path, options: EvalOptions):
+    def run(candidate: Path, options: EvalOptions, streamed: bool = False):
         kept = tmp_path_factory.mktemp("kept")
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(tempfile, "tempdir", str(kept))  # where the workers' directories go
-            verdict = evaluate_sandboxed(spec, candidate, replace(options, keep_workdir=True), reference)
+            verdict = evaluate_sandboxed(spec, candidate, replace(options, keep_workdir=True),
+                                         reference if streamed else None)
         workdir = next(d for d in kept.glob("tik-eval-*") if (d / "candidate.py").exists())
-        return verdict, (workdir / PROGRESS_FILE).read_text().strip(), json.loads((workdir / RESULT_FILE).read_text())
+        result = workdir / RESULT_FILE
+        return verdict, (workdir / PROGRESS_FILE).read_text().strip(), \
+            json.loads(result.read_text()) if result.exists() else None, sorted(workdir.glob("parity-*.pt"))
 
     return run
 
@@ -77,7 +84,7 @@ def wrong_bits_timed(evaluate_kept, wrong_bits, options):
 @pytest.mark.slow
 def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
     """Negative control: the worker of a passing candidate goes past the gate."""
-    verdict, phase, result = evaluate_kept(spec.source, options)
+    verdict, phase, result, _ = evaluate_kept(spec.source, options)
     # The seed against itself: "slower" too when the machine is busy; timed either way.
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None
@@ -86,7 +93,7 @@ def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
 
 @pytest.mark.slow
 def test_a_candidate_that_fails_parity_is_not_timed(wrong_bits_timed):
-    verdict, phase, result = wrong_bits_timed
+    verdict, phase, result, _ = wrong_bits_timed
     assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
     assert phase == "waiting", f"the worker went on to {phase!r}"
     assert "timing" not in result and result["status"] == "ok"
@@ -98,8 +105,8 @@ def test_the_verdict_at_the_gate_is_the_one_judged_after_the_worker(options, ref
                                                                       wrong_bits_timed):
     """Without timing there is no gate: the worker runs to its end and is judged then, as
     every candidate was before the early stop."""
-    early, _, _ = wrong_bits_timed
-    late, phase, _ = evaluate_kept(wrong_bits, replace(options, timing=False))
+    early, _, _, _ = wrong_bits_timed
+    late, phase, _, _ = evaluate_kept(wrong_bits, replace(options, timing=False))
     assert phase == "parity"  # never waited at a gate
     assert (early.outcome, early.reason, early.first_mismatch) == (late.outcome, late.reason, late.first_mismatch)
     assert early.reason.startswith(reference.cases[0].id + ": [parity]"), early.reason
@@ -111,12 +118,65 @@ def test_the_verdict_at_the_gate_is_the_one_judged_after_the_worker(options, ref
 def test_a_worker_that_claims_the_gate_early_and_ignores_it_still_fails(options, evaluate_kept):
     """claims_the_gate.py says "waiting" before it has outputs, and is timed anyway with
     outputs that keep the seed's bits: the judgement at the gate stands."""
-    verdict, phase, result = evaluate_kept(CORPUS / "claims_the_gate.py", options)
+    verdict, phase, result, _ = evaluate_kept(CORPUS / "claims_the_gate.py", options)
     assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
     assert "[output] the worker saved no outputs" in verdict.reason, verdict.reason
     assert verdict.speedup is None
     # It did go on: its worker was timed, and left outputs the final judgement would have passed.
     assert phase == "recheck" and "timing" in result and result["status"] == "ok"
+
+
+STORE = "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)"
+LATE_WRONG_BITS = (STORE, "        y = tl.where(M > 5, y * 1.0001, y)\n" + STORE)
+
+
+@pytest.mark.slow
+def test_with_a_reference_the_worker_is_stopped_at_the_first_failing_case(spec, options, reference, evaluate_kept,
+                                                                         wrong_bits, wrong_bits_timed, tmp_path):
+    """The stream: each fixed case judged as the worker finishes it; the first failure is the
+    verdict the gate gave (same reason, mismatch and cases up to it), and the worker ran no case
+    after it, was never timed and left no result."""
+    gated, _, _, _ = wrong_bits_timed
+    early, phase, result, streamed = evaluate_kept(wrong_bits, options, streamed=True)
+    assert (early.outcome, early.reason, early.first_mismatch) == (gated.outcome, gated.reason, gated.first_mismatch)
+    assert early.cases == gated.cases[:1] and early.reason.startswith(reference.cases[0].id)
+    # Stopped: within a second of its first case here, so far short of its last (how far it got
+    # depends on the machine's speed, not on a count this test could fix).
+    assert phase == "parity" and result is None and len(streamed) < len(reference.cases), (phase, streamed)
+    assert early.environment == reference.environment and early.speedup is None
+
+    # A failure later in the grid (only cases above five rows): the cases before it ran, passed and are listed.
+    late = tmp_path / "late.py"
+    late.write_text(spec.source.read_text())
+    edit(late, *LATE_WRONG_BITS)
+    verdict, phase, _, streamed = evaluate_kept(late, replace(options, timing=False), streamed=True)
+    first = next(i for i, c in enumerate(reference.cases) if c.m > 5)
+    assert verdict.outcome is Outcome.PARITY_FAILED and verdict.reason.startswith(reference.cases[first].id)
+    assert [c["passed"] for c in verdict.cases] == [True] * first + [False]
+    assert phase == "parity" and first < len(streamed) < len(reference.cases), streamed
+
+
+@pytest.mark.slow
+def test_a_streamed_pass_is_not_a_pass(spec, options, reference, tmp_path):
+    """The stream can only stop a worker: outputs.pt is judged whole at the end.  A worker whose
+    streamed files hold the seed's answers and whose outputs.pt does not still fails (negative
+    control for the stream's trust: forged by rewriting outputs.pt after the stream saw each case)."""
+    from tik_agent.judge import evaluate as evaluate_mod
+    from tik_agent.judge.workerbox import WorkerBox
+
+    real = WorkerBox.outputs
+
+    def wrong_whole_file(self, name=OUTPUTS_FILE):
+        loaded = real(self, name)
+        if name == OUTPUTS_FILE and (self.dir / "candidate.py").exists() and loaded.get("cases"):
+            first = next(iter(loaded["cases"]))
+            loaded["cases"].pop(first)
+        return loaded
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evaluate_mod.WorkerBox, "outputs", wrong_whole_file)
+        verdict = evaluate_sandboxed(spec, spec.source, replace(options, timing=False), reference)
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED and "[output]" in verdict.reason, verdict.reason
 
 
 @pytest.mark.parametrize("saved", ["not a tensor file", "no cases", "a case in another form"])

@@ -47,6 +47,7 @@ from tik_agent.judge.offsets import narrow_offsets, needs_wide_offsets
 from tik_agent.judge import phases
 from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
 from tik_agent.judge.plan import draw_plan, per_evaluation_cases
+from tik_agent.judge.stream import ParityStream
 from tik_agent.judge.timedcheck import judge_timed_calls
 from tik_agent.spec.cases import Case, make_inputs
 from tik_agent.spec.grid import evaluation_cases
@@ -89,7 +90,8 @@ def _reference(spec: KernelSpec, cases: list[Case], outputs: dict, result: dict,
 
 
 def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests: dict | None = None,
-              lenient: frozenset[str] = frozenset(), graph: dict | None = None
+              lenient: frozenset[str] = frozenset(), graph: dict | None = None,
+              watching: Callable[[PhaseWatch], None] = lambda watch: None
               ) -> tuple[dict[str, CaseOutputs], dict, dict]:
     """The seed in a worker over ``cases`` (and the timed inputs ``digests``), judged against itself.
 
@@ -100,6 +102,7 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
     try:
         kernel = box.add("seed_kernel.py", spec.source)
         watch = box.watch({})  # the seed is trusted: one limit for the whole worker
+        watching(watch)
         extra = {"digests": digests} if digests else {}
         if graph:
             extra["graph"] = graph
@@ -198,14 +201,28 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         # The seed's worker runs beside the candidate's parity phase; the candidate
         # waits at the gate before timing, so nothing else of ours runs while it is timed.
         seed_side.start()
+        # With the fixed cases' answers known, each is judged as the worker finishes it.
+        stream = ParityStream(spec, box, box.dir / kernel, fixed, reference.outputs, watch, seed_side.cancel) \
+            if reference is not None and options.early_stop else None
         # Without --timeout the phase limits are the real ones; the overall limit is a backstop.
         wall = options.timeout_s or BACKSTOP_S
         try:
-            proc = box.run(_request("candidate", kernel, options.device, fixed + extras, **extra), options, watch, wall)
+            if stream is not None:
+                stream.start()
+            proc = box.run(_request("candidate", kernel, options.device, fixed + extras, stream=stream is not None,
+                                    **extra), options, watch, wall)
         finally:
             gate.worker_ended.set()  # the seed side never waits on a worker that is gone
-        reference, extra_outputs, seed_result = seed_side.join()
+            if stream is not None:
+                stream.stop()
         result = box.result()
+        if stream is not None and stream.failure is not None:  # final: the worker was stopped at that case
+            seed_side.join(raise_errors=False)
+            verdict = stream.failure
+            verdict.environment = (result or {}).get("environment") or dict(reference.environment)
+            verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
+            return verdict
+        reference, extra_outputs, seed_result = seed_side.join()
         if seed_side.early_failure is not None:  # judged at the gate: final, whatever the worker did next
             verdict = seed_side.early_failure
             verdict.environment = (result or {}).get("environment", {})
@@ -283,6 +300,8 @@ class _SeedSide:
         self.args = spec, options, reference, fixed, extras, digests, lenient
         self.watch, self.kernels, self.gate, self.graph = watch, kernels, gate, graph
         self.parity_at_gate = parity_at_gate
+        self.cancelled = False
+        self._watch: PhaseWatch | None = None
         self.value: tuple | None = None
         self.error: BaseException | None = None
         self.early_failure: Verdict | None = None
@@ -290,6 +309,16 @@ class _SeedSide:
 
     def start(self) -> None:
         self.thread.start()
+
+    def cancel(self) -> None:
+        """The candidate failed on a fixed case: the seed's outputs are not needed; stop its worker."""
+        self.cancelled = True
+        self._watching(self._watch)
+
+    def _watching(self, watch: PhaseWatch | None) -> None:
+        self._watch = watch
+        if watch is not None and self.cancelled:
+            watch.abort = "not needed: the candidate already failed parity"
 
     def _run(self) -> None:
         try:
@@ -314,7 +343,7 @@ class _SeedSide:
             reference = _reference(spec, fixed, outputs, result, times)
             times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
         else:
-            outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph)
+            outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph, self._watching)
         self.watch.limits.update(_phase_limits(options, reference, times, self.kernels, self.graph))
         return reference, outputs, result
 

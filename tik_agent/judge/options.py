@@ -32,6 +32,9 @@ class EvalOptions:
     # The graph phase decides speedups on cuda (CUDA-graph replay); None: on cuda only.
     # True elsewhere runs it with the eager stand-in (the GPU check's rehearsal, tests).
     graphs: bool | None = None
+    # With a reference, judge each fixed case as the candidate's worker finishes it and stop
+    # the worker at the first that fails (tik_agent.judge.stream); False runs every case first.
+    early_stop: bool = True
 
     @property
     def graph_phase(self) -> bool:

@@ -96,18 +96,20 @@ class WorkerBox:
             except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 return None
 
-    def outputs(self) -> dict:
-        """The worker's outputs file; :class:`UnreadableWorkerFile` when it cannot be loaded."""
+    def outputs(self, name: str = OUTPUTS_FILE) -> dict | None:
+        """The worker's outputs file (or another file of that form, ``name``: a parity case it
+        streamed); :class:`UnreadableWorkerFile` when it cannot be loaded.  A missing
+        ``outputs.pt`` is no cases; a missing other file is None."""
         import torch
 
-        with open_worker_file(self.dir / OUTPUTS_FILE) or nullcontext() as handle:
+        with open_worker_file(self.dir / name) or nullcontext() as handle:
             if handle is None:
-                return {"cases": {}}
+                return {"cases": {}} if name == OUTPUTS_FILE else None
             try:
                 # onto the CPU: the parent never needs a CUDA context for a worker's outputs
                 loaded = torch.load(handle, weights_only=True, map_location="cpu")
             except Exception as exc:  # the worker's to write: whatever it wrote, its failure, in our words
-                raise UnreadableWorkerFile(f"{OUTPUTS_FILE} cannot be read ({type(exc).__name__})") from None
+                raise UnreadableWorkerFile(f"{name} cannot be read ({type(exc).__name__})") from None
             return from_worker(loaded)
 
     def case_at_death(self, asked: set[str]) -> str | None:

@@ -54,6 +54,11 @@ CASE_FILE = "case"
 # Created by the parent when the seed's worker is done and the candidate's parity is
 # judged: {"proceed": bool, "graph_calls": {cell: calls}}; timing starts only then.
 GATE_FILE = "gate"
+# With ``"stream": true`` in the request, each parity case's outputs are also saved on their
+# own as the case finishes (``parity-0000.pt``, ...): the parent judges the cases it already
+# knows the answer to while the worker runs, and stops it at the first that fails
+# (:mod:`tik_agent.judge.stream`).  ``outputs.pt`` is still written whole and judged last.
+STREAM_FILE = "parity-{:04d}.pt"
 TRACE_LIMIT = 4000
 
 
@@ -151,11 +156,13 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     runner = Runner(entry, spec, device)
     outputs: dict = {"cases": {}}
     progress("parity")
-    for raw in request["cases"]:
+    for index, raw in enumerate(request["cases"]):
         case = Case.from_dict(raw)
         (workdir / CASE_FILE).write_text(case.id)
         try:
             outputs["cases"][case.id] = runner.run_case(case).to_payload()
+            if request.get("stream"):
+                _save({"cases": {case.id: outputs["cases"][case.id]}}, workdir, STREAM_FILE.format(index))
         except Exception as exc:  # the kernel's failure is the verdict, reported with its trace
             result.update(status=_classify(exc), case=case.id,
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -195,13 +202,13 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def _save(outputs: dict, workdir: Path) -> None:
+def _save(outputs: dict, workdir: Path, name: str = OUTPUTS_FILE) -> None:
     """Written whole, then renamed: the parent may read it while the worker waits at the gate."""
     import torch
 
-    tmp = workdir / (OUTPUTS_FILE + ".tmp")
+    tmp = workdir / (name + ".tmp")
     torch.save(outputs, tmp)
-    tmp.replace(workdir / OUTPUTS_FILE)
+    tmp.replace(workdir / name)
 
 
 if __name__ == "__main__":
