@@ -225,3 +225,44 @@ def test_the_gate_waits_for_a_claim_or_the_end_of_the_worker(tmp_path):
     gate = Gate(tmp_path / GATE_FILE, tmp_path / PROGRESS_FILE)
     (tmp_path / PROGRESS_FILE).write_text("timing\n")  # a phase past the gate claims it too
     assert gate.worker_waits() is True
+
+
+@pytest.mark.parametrize("forged", ["[1]", '{"environment": "x"}', '"ok"'])
+def test_a_result_file_not_of_the_workers_form_is_no_result(spec, forged):
+    """A worker killed mid-case (by the stream, a limit or itself) leaves whatever its
+    directory held as result.json: only a dict with a dict environment is read as a result."""
+    from tik_agent.judge.workerbox import WorkerBox
+
+    box = WorkerBox(spec, keep=False)
+    try:
+        (box.dir / RESULT_FILE).write_text(forged)
+        assert box.result() is None
+        (box.dir / RESULT_FILE).write_text('{"status": "ok", "environment": {"device": "cpu"}}')
+        assert box.result() == {"status": "ok", "environment": {"device": "cpu"}}   # negative control
+    finally:
+        box.close()
+
+
+@pytest.mark.slow
+def test_a_streamed_name_that_is_not_a_file_ends_the_stream_quietly(spec, reference, tmp_path, caplog):
+    """A directory (or a link) where a streamed case should be: the stream stops at once, with
+    no warning per poll, and the verdict is left to the whole file."""
+    import logging
+
+    from tik_agent.judge.phases import PhaseWatch
+    from tik_agent.judge.stream import ParityStream
+    from tik_agent.judge.workerbox import WorkerBox
+    from tik_agent.sandbox.worker import STREAM_FILE
+
+    box = WorkerBox(spec, keep=False)
+    try:
+        (box.dir / STREAM_FILE.format(0)).mkdir()
+        stream = ParityStream(spec, box, box.dir / "candidate.py", reference.cases, reference.outputs,
+                              PhaseWatch(tmp_path / "progress", {}))
+        with caplog.at_level(logging.WARNING):
+            stream.start()
+            stream._thread.join(timeout=10)
+            assert not stream._thread.is_alive() and stream.stop() is False and stream.judged == 0
+        assert not caplog.records
+    finally:
+        box.close()

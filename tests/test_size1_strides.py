@@ -32,6 +32,17 @@ def test_a_size_one_dimension_s_stride_is_not_compared():
     assert meta_difference(row.clone(memory_format=torch.contiguous_format), row) is None
 
 
+def test_a_timed_calls_output_digest_ignores_a_size_one_stride_too():
+    """The timed-call check compares digests of the candidate's and the seed's outputs: an
+    honest (1, N) output laid out either way has one digest; a real layout change does not."""
+    from tik_agent.bits import output_digest
+
+    row = _row_of_a_transposed_column()
+    assert output_digest(row) == output_digest(row.clone(memory_format=torch.contiguous_format))
+    view = torch.arange(15.0).reshape(5, 3).t()
+    assert output_digest(view) != output_digest(view.contiguous())   # negative control
+
+
 def test_a_real_stride_difference_is_still_reported():
     """Negative control: a transposed (3, 5) view against its contiguous copy."""
     view = torch.zeros(5, 3).t()

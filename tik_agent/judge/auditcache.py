@@ -50,7 +50,7 @@ RECORD = "record.json"
 # Entry file name -> the AuditFiles field it is copied from and to.
 _ENTRY_FILES = {"reference.pt": "reference", "evaluation.json": "evaluation", "triton-cache": "warm_cache"}
 # Options that say where or how verbosely an evaluation runs, not what it measures.
-_NOT_AUDIT_SHAPING = ("keep_workdir", "cuda_device", "warm_cache", "save_cache")
+_NOT_AUDIT_SHAPING = ("keep_workdir", "cuda_device", "warm_cache", "save_cache", "early_stop")
 # A broken entry can fail in any of these ways; each means "recompute", never "crash".
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError)
 

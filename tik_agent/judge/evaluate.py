@@ -191,6 +191,11 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
 
     seed_side = _SeedSide(spec, options, reference, fixed, extras, digests, lenient, watch, len(kernels),
                           gate, plan.graph if plan else None, parity_at_gate if plan is not None else None)
+    # With the fixed cases' answers known, each is judged as the worker finishes it (until the gate).
+    stream = ParityStream(spec, box, box.dir / kernel, fixed, reference.outputs, watch, seed_side.cancel) \
+        if reference is not None and options.early_stop else None
+    if stream is not None:
+        seed_side.before_gate = stream.stop
     try:
         box.add(kernel, candidate)
         extra = {"seed_kernel": box.add("seed_kernel.py", spec.source)}
@@ -201,16 +206,13 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         # The seed's worker runs beside the candidate's parity phase; the candidate
         # waits at the gate before timing, so nothing else of ours runs while it is timed.
         seed_side.start()
-        # With the fixed cases' answers known, each is judged as the worker finishes it.
-        stream = ParityStream(spec, box, box.dir / kernel, fixed, reference.outputs, watch, seed_side.cancel) \
-            if reference is not None and options.early_stop else None
         # Without --timeout the phase limits are the real ones; the overall limit is a backstop.
         wall = options.timeout_s or BACKSTOP_S
         try:
             if stream is not None:
                 stream.start()
-            proc = box.run(_request("candidate", kernel, options.device, fixed + extras, stream=stream is not None,
-                                    **extra), options, watch, wall)
+            proc = box.run(_request("candidate", kernel, options.device, fixed + extras,
+                                    stream=stream.count if stream is not None else 0, **extra), options, watch, wall)
         finally:
             gate.worker_ended.set()  # the seed side never waits on a worker that is gone
             if stream is not None:
@@ -218,8 +220,10 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
         result = box.result()
         if stream is not None and stream.failure is not None:  # final: the worker was stopped at that case
             seed_side.join(raise_errors=False)
+            if seed_side.error is not None and not seed_side.cancelled:
+                log.warning("the seed's worker failed beside a candidate that failed parity: %s", seed_side.error)
             verdict = stream.failure
-            verdict.environment = (result or {}).get("environment") or dict(reference.environment)
+            verdict.environment = dict(reference.environment)  # the killed worker's result.json is not its own
             verdict.isolation = proc.isolation.to_dict() if proc.isolation else None
             return verdict
         reference, extra_outputs, seed_result = seed_side.join()
@@ -301,6 +305,8 @@ class _SeedSide:
         self.watch, self.kernels, self.gate, self.graph = watch, kernels, gate, graph
         self.parity_at_gate = parity_at_gate
         self.cancelled = False
+        # Called before the gate opens: True when the candidate has already failed (the stream).
+        self.before_gate: Callable[[], bool] = lambda: False
         self._watch: PhaseWatch | None = None
         self.value: tuple | None = None
         self.error: BaseException | None = None
@@ -334,7 +340,9 @@ class _SeedSide:
             # calls per graph of each cell (chosen by trusted code).
             seed_result = self.value[2] if self.value else {}
             calls = {cell: g["calls"] for cell, g in (seed_result.get("graph") or {}).items()}
-            self.gate.open(self.error is None and self.early_failure is None, calls)
+            # With timing, the worker is at the gate now (or gone): the stream ends before it opens.
+            failed = self.before_gate() if self.parity_at_gate is not None else False
+            self.gate.open(self.error is None and self.early_failure is None and not failed, calls)
 
     def _seed(self) -> tuple:
         spec, options, reference, fixed, extras, digests, lenient = self.args

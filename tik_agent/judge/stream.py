@@ -14,12 +14,20 @@ the same cases in the same order), and the worker is killed through its watch.
 What the worker streams is its own to write, like ``outputs.pt``: a failure found
 here is final (a candidate can only stop itself), a pass found here counts for
 nothing, and ``outputs.pt`` is judged whole at the end as before.  A streamed file
-that cannot be read ends the streaming and leaves the verdict to that judgement.
+that cannot be read, or is not a regular file, ends the streaming and leaves the
+verdict to that judgement.  The stream ends before the gate opens (nothing of ours
+runs while the candidate is timed) and when the worker ends.
+
+The verdict is the full judgement's on the cases up to the failing one; what the
+worker would have met later (a crash, host compute, a timeout on a later case) is
+never reached, and the verdict's cases are the ones judged.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -48,19 +56,26 @@ class ParityStream:
                  watch: PhaseWatch, on_failure: Callable[[], None] = lambda: None):
         self._spec, self._box, self._kernel, self._cases, self._expected = spec, box, kernel_file, cases, expected
         self._watch, self._on_failure = watch, on_failure
-        self._ended = threading.Event()
+        self._halted = threading.Event()
         self.failure: Verdict | None = None
         self.judged = 0
         self._thread = threading.Thread(target=self._run, name="tik-parity-stream", daemon=True)
 
+    @property
+    def count(self) -> int:
+        """How many cases the worker is asked to stream."""
+        return len(self._cases)
+
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """The worker has ended: judge what it left, then stop."""
-        self._ended.set()
+    def stop(self) -> bool:
+        """No more judging (the gate is about to open, or the worker has ended); returns once the
+        thread is done, at most one case's judgement later: whether a case failed."""
+        self._halted.set()
         if self._thread.ident is not None:
             self._thread.join()
+        return self.failure is not None
 
     def _run(self) -> None:
         try:
@@ -70,18 +85,19 @@ class ParityStream:
 
     def _judge(self) -> None:
         records: list[dict] = []
-        while self.judged < len(self._cases):
-            ended = self._ended.is_set()   # read before the file: a file written before the end is seen
+        while self.judged < len(self._cases) and not self._halted.is_set():
+            name = STREAM_FILE.format(self.judged)
             try:
-                outputs = self._box.outputs(STREAM_FILE.format(self.judged))
-            except UnreadableWorkerFile as exc:
-                log.debug("parity stream ends at case %d: %s", self.judged, exc)
-                return
-            if outputs is None:
-                if ended:
-                    return
-                self._ended.wait(POLL_S)
+                kind = os.lstat(self._box.dir / name).st_mode
+            except FileNotFoundError:
+                self._halted.wait(POLL_S)
                 continue
+            if not stat.S_ISREG(kind):   # not what the worker writes: left to the end
+                return
+            try:
+                outputs = self._box.outputs(name)
+            except UnreadableWorkerFile:
+                return
             case = self._cases[self.judged]
             streamed = outputs.get("cases") if isinstance(outputs, dict) else None
             if not isinstance(streamed, dict) or case.id not in streamed:  # not what was asked: left to the end
@@ -92,7 +108,8 @@ class ParityStream:
             if failure is not None:
                 failure.cases = records
                 self.failure = failure
-                self._watch.abort = f"parity failed on case {self.judged} of {len(self._cases)}: {failure.reason}"
+                # our words only: the reason holds strings of the worker's
+                self._watch.abort = f"parity failed on case {self.judged} of {len(self._cases)}"
                 log.info("parity failed on case %d of %d; the worker is stopped there", self.judged,
                          len(self._cases))
                 self._on_failure()

@@ -92,9 +92,14 @@ class WorkerBox:
             if handle is None:
                 return None
             try:
-                return from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
+                loaded = from_worker(json.loads(handle.read(RESULT_LIMIT_BYTES).decode("utf-8", errors="replace")))
             except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 return None
+        # The worker writes a dict whose environment is a dict; anything else was written by
+        # something else in its directory (a killed worker's file is whatever was there last).
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("environment", {}), dict):
+            return None
+        return loaded
 
     def outputs(self, name: str = OUTPUTS_FILE) -> dict | None:
         """The worker's outputs file (or another file of that form, ``name``: a parity case it

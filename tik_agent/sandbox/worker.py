@@ -54,9 +54,9 @@ CASE_FILE = "case"
 # Created by the parent when the seed's worker is done and the candidate's parity is
 # judged: {"proceed": bool, "graph_calls": {cell: calls}}; timing starts only then.
 GATE_FILE = "gate"
-# With ``"stream": true`` in the request, each parity case's outputs are also saved on their
-# own as the case finishes (``parity-0000.pt``, ...): the parent judges the cases it already
-# knows the answer to while the worker runs, and stops it at the first that fails
+# With ``"stream": n`` in the request, each of the first n parity cases' outputs are also saved
+# on their own as the case finishes (``parity-0000.pt``, ...): the parent judges those cases,
+# whose answers it already knows, while the worker runs, and stops it at the first that fails
 # (:mod:`tik_agent.judge.stream`).  ``outputs.pt`` is still written whole and judged last.
 STREAM_FILE = "parity-{:04d}.pt"
 TRACE_LIMIT = 4000
@@ -156,18 +156,22 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     runner = Runner(entry, spec, device)
     outputs: dict = {"cases": {}}
     progress("parity")
+    streamed = int(request.get("stream") or 0)   # the first cases, whose answers the parent knows
     for index, raw in enumerate(request["cases"]):
         case = Case.from_dict(raw)
         (workdir / CASE_FILE).write_text(case.id)
         try:
             outputs["cases"][case.id] = runner.run_case(case).to_payload()
-            if request.get("stream"):
-                _save({"cases": {case.id: outputs["cases"][case.id]}}, workdir, STREAM_FILE.format(index))
         except Exception as exc:  # the kernel's failure is the verdict, reported with its trace
             result.update(status=_classify(exc), case=case.id,
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             _save(outputs, workdir)
             return
+        if index < streamed:
+            try:
+                _save({"cases": {case.id: outputs["cases"][case.id]}}, workdir, STREAM_FILE.format(index))
+            except OSError:  # the stream only saves time: outputs.pt is what is judged
+                streamed = 0
     # Saved before the gate: the parent judges parity on this file while the worker waits there.
     _save(outputs, workdir)
     if request.get("digests"):
