@@ -266,3 +266,16 @@ def test_a_streamed_name_that_is_not_a_file_ends_the_stream_quietly(spec, refere
         assert not caplog.records
     finally:
         box.close()
+
+
+@pytest.mark.slow
+def test_a_directory_planted_where_a_case_streams_changes_nothing(options, reference, evaluate_kept):
+    """plants_a_stream_dir.py makes parity-0001.pt a directory on its first call, and is wrong only
+    above five rows: the worker's save there fails without blaming the kernel, the stream ends
+    quietly, and the whole file gives the verdict, naming the first failing case."""
+    verdict, phase, result, _ = evaluate_kept(CORPUS / "plants_a_stream_dir.py", options, streamed=True)
+    first = next(c.id for c in reference.cases if c.m > 5)
+    assert verdict.outcome is Outcome.PARITY_FAILED and verdict.reason.startswith(first + ": [parity]"), \
+        verdict.reason
+    assert len(verdict.cases) > len(reference.cases)   # judged whole, drawn cases included, not stopped early
+    assert phase == "waiting" and result["status"] == "ok"   # stopped at the gate; the kernel was not blamed
