@@ -7,9 +7,10 @@ first failing case).  With a reference given, the fixed cases' answers are known
 before the worker starts, so the worker is asked to save each case's outputs on
 their own as it finishes them (``stream`` in its request, :mod:`tik_agent.sandbox.worker`),
 and this thread judges them in order with the same :func:`judge_parity` that judges
-the whole file.  At the first case that fails, the verdict is that case's, exactly
-as the full judgement would have given it (the cases before it passed, and they are
-the same cases in the same order), and the worker is killed through its watch.
+the whole file.  At the first case that fails, the verdict is that case's, as the
+full judgement gives it (the cases before it passed, and they are the same cases in
+the same order; see the last paragraph for what it does not reach), and the worker
+is killed through its watch.
 
 What the worker streams is its own to write, like ``outputs.pt``: a failure found
 here is final (a candidate can only stop itself), a pass found here counts for
