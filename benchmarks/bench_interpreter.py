@@ -4,13 +4,10 @@
 
 Each seed's first ``--cases`` evaluation cases run in this process through the worker's
 harness (every launch the judge makes for a case: full batch, second run, rows alone,
-sub-batches), alternately with the interpreter's helpers as triton ships them and with the
-ones :func:`tik_agent.backends.interpreter.activate` installs: ``_patch_builtin`` (builtin
-names listed once instead of ``inspect.getmembers`` on every launch and device-function
-call), ``_patch_lang`` (no second patch of the language inside a launch) and
-``_get_np_dtype`` (its table kept per type).  ``--only NAME`` swaps that helper alone.
-Prints each run, the medians, their ratio, and the outputs' digest per variant: the bits
-must be the same.
+sub-batches), alternately with the interpreter's pieces as triton ships them and with the
+ones :mod:`tik_agent.backends.interpreter_speed` installs (its docstring lists them).
+``--only NAME`` swaps that piece alone.  Prints each run, the medians, their ratio, and the
+outputs' digest per variant: the bits must be the same.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from tik_agent.backends import interpreter
 
 interpreter.activate()
 
+from triton.language import core as tl_core  # noqa: E402
 from triton.runtime import interpreter as triton_interpreter  # noqa: E402
 
 from tik_agent.bits import digest  # noqa: E402
@@ -32,14 +30,22 @@ from tik_agent.spec.grid import evaluation_cases  # noqa: E402
 from tik_agent.spec.seeds import resolve  # noqa: E402
 
 
-HELPERS = ("_patch_builtin", "_patch_lang", "_get_np_dtype")
+# name -> (owner, attribute): what interpreter_speed replaces (keeping the original as __wrapped__).
+HELPERS = {
+    "_patch_builtin": (triton_interpreter, "_patch_builtin"),
+    "_patch_lang": (triton_interpreter, "_patch_lang"),
+    "_get_np_dtype": (triton_interpreter, "_get_np_dtype"),
+    "block_type": (tl_core.block_type, "__init__"),
+    "tensor": (tl_core.tensor, "__init__"),
+}
 
 
 def use(installed: dict, shipped: bool) -> None:
-    """Put the shipped helpers (or tik-agent's) in the interpreter module; with ``_patch_lang``,
-    the launch's wrapper that tells a device-function call inside a launch goes too."""
+    """Put the shipped pieces (or tik-agent's) in place; with ``_patch_lang``, the launch's
+    wrapper that tells a device-function call inside a launch goes too."""
     for name, fn in installed.items():
-        setattr(triton_interpreter, name, fn.__wrapped__ if shipped else fn)
+        owner, attribute = HELPERS[name]
+        setattr(owner, attribute, fn.__wrapped__ if shipped else fn)
     if "_patch_lang" in installed:
         triton_interpreter.GridExecutor.__call__ = LAUNCH.__wrapped__ if shipped else LAUNCH
 
@@ -59,7 +65,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=HELPERS)
     args = parser.parse_args()
-    installed = {name: getattr(triton_interpreter, name) for name in ((args.only,) if args.only else HELPERS)}
+    installed = {name: getattr(*HELPERS[name]) for name in ((args.only,) if args.only else HELPERS)}
     missing = [name for name, fn in installed.items() if not hasattr(fn, "__wrapped__")]
     if missing:
         raise SystemExit(f"this triton's {', '.join(missing)} not replaced by tik-agent: nothing to compare")

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tik_agent.backends import interpreter
+from tik_agent.backends import interpreter, interpreter_speed
 
 
 @triton.jit
@@ -96,7 +96,7 @@ def test_the_builtin_names_cache_changes_no_bit_and_leaves_triton_language_as_it
 
     interpreter.activate()
     cached = triton_interpreter._patch_builtin
-    if not getattr(cached, interpreter._NAMES_CACHE_MARK, False):
+    if not getattr(cached, interpreter_speed.MARK, False):
         pytest.skip("this triton's _patch_builtin is not the one the cache was written against")
     load = tl.load
     with_cache = _device_function_bits()
@@ -161,3 +161,81 @@ def test_the_numpy_dtype_table_is_kept_per_type():
     assert [cached(t) for t in types] == [np.dtype(x) for x in (np.float32, np.uint16, np.float16, bool, np.int8,
                                                                 np.uint64, np.uint64, np.float32, np.uint16,
                                                                 np.uint64)]
+
+
+def _block_type_fields(t) -> tuple:
+    return (type(t.shape).__name__, [(type(d).__name__, repr(d)) for d in t.shape], t.numel, t.name,
+            t.element_ty)
+
+
+def test_block_types_built_from_the_cache_are_the_constructors_own():
+    """Speed only: a block shape is unwrapped and validated once.  The second build of every
+    shape (a list of ints, of constexprs, a tl.tuple, with another element type) has the
+    fields the shipped constructor gives: the same tl.tuple type, element types, count and
+    name; shapes the constructor refuses are still refused, each time."""
+    from triton.language import core
+
+    interpreter.activate()
+    cached = core.block_type.__init__
+    if not hasattr(cached, "__wrapped__"):
+        pytest.skip("this triton's block_type is not the one the cache was written against")
+    c = tl.constexpr
+    shapes = [[16], [4, 8], [c(4), c(8)], [c(2), 64], [1, 1], [True], [1]]
+    elements = [tl.float32, tl.bfloat16, tl.pointer_type(tl.int32)]
+
+    def build(ctor):
+        core.block_type.__init__ = ctor
+        try:
+            made = [tl.block_type(e, list(s)) for _ in range(2) for s in shapes for e in elements]
+            made += [tl.block_type(tl.float16, t.shape) for t in made[:6]]   # from a tl.tuple, as with_element_ty does
+            refused = []
+            for bad in ([], [3], [4, 6], [2.0], (4, 8)):
+                try:
+                    tl.block_type(tl.float32, bad)
+                    refused.append(None)
+                except (TypeError, ValueError, AssertionError) as exc:
+                    refused.append(type(exc).__name__)
+            return [_block_type_fields(t) for t in made], refused
+        finally:
+            core.block_type.__init__ = cached
+
+    ours, shipped = build(cached), build(cached.__wrapped__)
+    assert ours == shipped
+    assert shipped[1] == ["TypeError", "ValueError", "ValueError", "TypeError", "AssertionError"]
+    assert ("bool", "True") in ours[0][5 * len(elements)][1]   # [True] is kept as the constructor keeps it
+
+
+def test_tensors_share_their_shapes_constexprs_and_keep_the_constructors_fields():
+    """Speed only: a tensor's shape and element count are wrapped in constexprs once per
+    shape.  Fields match the shipped constructor's for block and scalar types, and the
+    kernels' bits do not move (negative control: as shipped, every tensor wraps anew)."""
+    from triton.language import core
+    from triton.runtime.interpreter import TensorHandle
+
+    interpreter.activate()
+    cached = core.tensor.__init__
+    if not hasattr(cached, "__wrapped__"):
+        pytest.skip("this triton's tensor is not the one the cache was written against")
+    types = [tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.int32, [16]), tl.float32,
+             tl.block_type(tl.float32, [True]), tl.block_type(tl.float32, [1])]
+    handle = TensorHandle(np.zeros(1, np.float32), tl.float32)
+
+    def fields(t):
+        return (type(t.shape).__name__, [(type(d).__name__, repr(d.value)) for d in t.shape],
+                repr(t.numel.value), t.type is not None, t.dtype)
+
+    def build(ctor):
+        core.tensor.__init__ = ctor
+        try:
+            made = [tl.tensor(handle, ty) for _ in range(2) for ty in types]
+            return made, [fields(t) for t in made], _device_function_bits()
+        finally:
+            core.tensor.__init__ = cached
+
+    ours, ours_fields, ours_bits = build(cached)
+    shipped, shipped_fields, shipped_bits = build(cached.__wrapped__)
+    assert ours_fields == shipped_fields and ours_bits == shipped_bits
+    assert ours[0].shape is ours[len(types)].shape            # one tuple per shape...
+    assert shipped[0].shape is not shipped[len(types)].shape  # ...where the constructor makes one per tensor
+    again = ours[len(types):]   # the second build of each type, from the cache where it has one
+    assert [repr(d.value) for d in again[3].shape] == ["True"] and again[3].shape is not again[4].shape

@@ -27,12 +27,12 @@ import re
 import sys
 import warnings
 
+from tik_agent.backends import interpreter_speed
 from tik_agent.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 _ORDERED_DOT_MARK = "_tik_ordered_dot"
-_NAMES_CACHE_MARK = "_tik_builtin_names"
 
 
 def activate() -> None:
@@ -51,9 +51,7 @@ def activate() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=re.escape(__name__))
     _install_ordered_dot()
-    _install_builtin_names_cache()
-    _install_nested_patch_skip()
-    _install_dtype_cache()
+    interpreter_speed.install()
 
 
 def is_active() -> bool:
@@ -94,119 +92,3 @@ def _install_ordered_dot() -> None:
     setattr(ordered_dot, _ORDERED_DOT_MARK, True)
     builder_cls.create_dot = ordered_dot
     log.debug("installed the ordered fp32 dot in the Triton interpreter")
-
-
-def _install_builtin_names_cache() -> None:
-    """Speed only: the interpreter re-patches ``triton.language`` on every launch and every
-    device-function call, each time walking the modules with ``inspect.getmembers`` (a tenth
-    of a kernel's interpreted time, measured on rmsnorm).  The names of their builtins never
-    change, so they are listed once; each call still reads every member and patches exactly
-    those that are builtins then, as the original does.  Left alone where the interpreter's
-    helper is not the one this was written against."""
-    import inspect
-
-    from triton.runtime import interpreter
-
-    original = getattr(interpreter, "_patch_builtin", None)
-    patch_attr = getattr(interpreter, "_patch_attr", None)
-    if original is None or patch_attr is None or getattr(original, _NAMES_CACHE_MARK, False):
-        return
-    if list(inspect.signature(original).parameters) != ["pkg", "builder", "scope"]:
-        log.debug("interpreter._patch_builtin has another signature; its member walk is left uncached")
-        return
-    from triton.language.core import is_builtin
-
-    names: dict[int, tuple[object, tuple[str, ...]]] = {}
-
-    def patch_builtin(pkg, builder, scope):
-        known = names.get(id(pkg))
-        if known is None or known[0] is not pkg:
-            known = (pkg, tuple(name for name, member in inspect.getmembers(pkg) if is_builtin(member)))
-            names[id(pkg)] = known
-        for name in known[1]:
-            member = getattr(pkg, name)
-            if is_builtin(member):
-                patch_attr(pkg, name, member, builder, scope)
-
-    setattr(patch_builtin, _NAMES_CACHE_MARK, True)
-    patch_builtin.__wrapped__ = original
-    interpreter._patch_builtin = patch_builtin
-
-
-class _Unpatched:
-    """The scope of a patch that was not needed: nothing to restore."""
-
-    def restore(self) -> None:
-        pass
-
-
-def _install_nested_patch_skip() -> None:
-    """Speed only: a device function called inside a launch (``@triton.jit`` helpers, and
-    ``tl.sum`` and the like) patches the language modules its globals hold on every call; the
-    launch restores its own patch when it ends and nothing restores a device function's, so
-    within a launch a module once patched stays patched, and a repeat installs equivalent
-    closures.  Inside a launch, a call whose modules are all patched already patches nothing.
-    Left alone where the interpreter's pieces are not the ones this was written against."""
-    from triton.runtime import interpreter
-
-    original = getattr(interpreter, "_patch_lang", None)
-    executor = getattr(interpreter, "GridExecutor", None)
-    if original is None or executor is None or getattr(original, _NAMES_CACHE_MARK, False):
-        return
-    tl, core = interpreter.tl, interpreter.tl.core
-    launch: dict = {"depth": 0, "patched": frozenset()}
-
-    def languages(fn) -> frozenset[int]:
-        return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is core)
-
-    def patch_lang(fn):
-        langs = languages(fn)
-        if launch["depth"] and langs <= launch["patched"]:
-            return _Unpatched()
-        scope = original(fn)
-        if launch["depth"]:  # patched until the launch ends: nothing restores a patch before that
-            launch["patched"] |= langs
-        return scope
-
-    launch_call = executor.__call__
-
-    def call(self, *args, **kwargs):
-        outer = launch["patched"]
-        launch["depth"] += 1
-        launch["patched"] = frozenset()
-        try:
-            return launch_call(self, *args, **kwargs)
-        finally:
-            launch["depth"] -= 1
-            launch["patched"] = outer
-
-    setattr(patch_lang, _NAMES_CACHE_MARK, True)
-    patch_lang.__wrapped__ = original
-    interpreter._patch_lang = patch_lang
-    call.__wrapped__ = launch_call
-    executor.__call__ = call
-
-
-def _install_dtype_cache() -> None:
-    """Speed only: the interpreter's ``_get_np_dtype`` builds its table of numpy dtypes on
-    every call (about a twentieth of an interpreted kernel's time); the answer for a Triton
-    type never changes, so it is kept per type."""
-    from triton.runtime import interpreter
-
-    original = getattr(interpreter, "_get_np_dtype", None)
-    if original is None or getattr(original, _NAMES_CACHE_MARK, False):
-        return
-    known: dict = {}
-
-    def get_np_dtype(tt_dtype):
-        try:
-            return known[tt_dtype]
-        except KeyError:
-            found = known[tt_dtype] = original(tt_dtype)
-            return found
-        except TypeError:  # unhashable: as the interpreter does it
-            return original(tt_dtype)
-
-    setattr(get_np_dtype, _NAMES_CACHE_MARK, True)
-    get_np_dtype.__wrapped__ = original
-    interpreter._get_np_dtype = get_np_dtype
