@@ -291,9 +291,13 @@ class _Steps(ScriptedAgent):
         return Proposal(step(context.parent_source), "step", self.usage, "prompt", "reply")
 
 
-def test_a_source_from_another_parent_reuses_the_earlier_verdict(run):
+def test_a_source_from_another_parent_reuses_the_earlier_verdict(run, monkeypatch):
     """a0001 (seed + NUM_WARPS=1) is not faster; a0002 (seed + 16 rows) is accepted; a0003 from a0002
     undoes the rows and sets NUM_WARPS=1 again, with a comment: a0001's source from another parent."""
+    # Proposals stay "quick" however loaded the machine: a0003 then takes the slot before its
+    # parent is drawn, and so sees a0002 accepted (a loaded full run here measured the scripted
+    # proposals over a second, and drew a0003's parent beside a0002's evaluation: the seed).
+    monkeypatch.setattr(scheduler_mod, "SLOW_PROPOSAL_S", float("inf"))
     neutral = lambda src: src.replace(*NEUTRAL[0], 1)  # noqa: E731
     faster = lambda src: src.replace(*FASTER, 1)  # noqa: E731
     back = lambda src: neutral(src.replace(FASTER[1], FASTER[0], 1)) + "\n# the same kernel, restyled\n"  # noqa: E731
