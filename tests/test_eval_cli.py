@@ -42,9 +42,11 @@ def test_other_seeds_against_themselves(name, device, tmp_path):
     from tik_agent.spec.schema import load_spec
 
     seed = copy_seed(name, tmp_path)
-    shrink_grid(seed, batch_sizes="[1, 3, 6]")
-    if name == "matmul":
+    if name == "matmul":  # K and N still cross a tile's edge; both cells keep their kinds
+        shrink_grid(seed, batch_sizes="[1, 3, 6]", dims={"K": "[40, 96]", "N": "[33, 64]"})
         shrink_matmul_workload(seed)
+    else:
+        shrink_grid(seed, batch_sizes="[1, 3, 6]")
     spec = load_spec(seed)
     verdict = evaluate(spec, spec.source, EvalOptions(device=device, rounds=3, warmup=1))
     # Against itself: the same bits, and "slower" only when the machine is busy.

@@ -270,3 +270,37 @@ def test_tensors_inside_constexprs_are_refused(tmp_path, wrap):
     kernel[(1,)](x, 3, BLOCK=4)  # a plain constexpr launches
     with pytest.raises(hostops.HostComputeError, match="constexpr"):
         guarded_call(lambda t: kernel[(1,)](t, wrap(t), BLOCK=4), [x], {})
+
+
+def test_entering_the_mode_does_not_import_dynamo():
+    """Speed: every worker enters the mode before its guard, and torch wraps a mode's
+    __torch_dispatch__ so that its first call imports torch._dynamo (2 s of a 4 s worker
+    start here) unless the mode says there is nothing to skip.  In a fresh interpreter:
+    the host-ops mode leaves torch._dynamo unimported, and a mode as torch's default
+    makes one (negative control), while the mode still refuses compute."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from tik_agent.sandbox import hostops
+hostops.prepare()
+ours = "torch._dynamo" in sys.modules
+try:
+    with hostops._mode_class()():
+        torch.ones(2) + 1
+    refused = False
+except hostops.HostComputeError:
+    refused = True
+class Plain(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+with Plain():
+    torch.empty(0)
+print(ours, refused, "torch._dynamo" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"], done.stdout

@@ -151,6 +151,14 @@ def _mode_class():
     class HostOpsMode(TorchDispatchMode):
         """Raises on the first op that is not allocation, view or metadata."""
 
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless told
+            # not to, and that wrapper imports torch._dynamo on its first call: 2 s of every
+            # worker's start here.  Nothing in a worker compiles with dynamo (torch.compile is
+            # outside the static rules' API), so there is nothing to skip.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if _STATE.exempt_depth == 0 and not admitted(func):
                 refuse(outside(op_name(func)))
