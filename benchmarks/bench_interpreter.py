@@ -21,6 +21,7 @@ from tik_agent.backends import interpreter
 interpreter.activate()
 
 from triton.language import core as tl_core  # noqa: E402
+from triton.language import semantic as tl_semantic  # noqa: E402
 from triton.runtime import interpreter as triton_interpreter  # noqa: E402
 
 from tik_agent.bits import digest  # noqa: E402
@@ -37,6 +38,7 @@ HELPERS = {
     "_get_np_dtype": (triton_interpreter, "_get_np_dtype"),
     "block_type": (tl_core.block_type, "__init__"),
     "tensor": (tl_core.tensor, "__init__"),
+    "broadcast": (tl_semantic.TritonSemantic, "broadcast_impl_value"),
 }
 
 

@@ -239,3 +239,36 @@ def test_tensors_share_their_shapes_constexprs_and_keep_the_constructors_fields(
     assert shipped[0].shape is not shipped[len(types)].shape  # ...where the constructor makes one per tensor
     again = ours[len(types):]   # the second build of each type, from the cache where it has one
     assert [repr(d.value) for d in again[3].shape] == ["True"] and again[3].shape is not again[4].shape
+
+
+def test_blocks_of_one_shape_are_broadcast_as_shipped():
+    """Speed only: two blocks of one shape (the same shape object, as the block-type cache
+    gives them) come back as they went in, which is what the shipped broadcast returns after
+    walking their dimensions; any other pair goes through the shipped broadcast.  The kernels'
+    bits are the same either way."""
+    from triton.language import semantic
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    fast = semantic.TritonSemantic.broadcast_impl_value
+    if not hasattr(fast, "__wrapped__"):
+        pytest.skip("this triton's broadcast is not the one the fast path was written against")
+    sem = semantic.TritonSemantic(triton_interpreter.interpreter_builder)
+
+    def block(shape, dtype=tl.float32):
+        ty = tl.block_type(dtype, list(shape))
+        return tl.tensor(triton_interpreter.TensorHandle(np.zeros(shape, np.float32), dtype), ty)
+
+    a, b = block((4, 8)), block((4, 8))
+    assert a.type.shape is b.type.shape                        # what the fast path relies on
+    for op in (fast, fast.__wrapped__):
+        left, right = op(sem, a, b)
+        assert left is a and right is b
+        wide, row = op(sem, block((4, 8)), block((1, 8)))          # not one shape: broadcast
+        assert [d for d in row.type.shape] == [4, 8] and row.handle.data.shape == (4, 8)
+    semantic.TritonSemantic.broadcast_impl_value = fast.__wrapped__
+    try:
+        shipped = _device_function_bits()
+    finally:
+        semantic.TritonSemantic.broadcast_impl_value = fast
+    assert _device_function_bits() == shipped
