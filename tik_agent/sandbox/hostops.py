@@ -168,8 +168,13 @@ def _mode_class():
 
 
 def prepare() -> None:
-    """Import and enter the mode once, before the worker's audit hook is installed:
-    torch's first dispatch-mode use sets environment variables, which the hook forbids."""
+    """Import and enter the mode once, before the worker's audit hook is installed.  With
+    torch's default a mode's first dispatch imports ``torch._dynamo``, whose import sets
+    ``TORCHINDUCTOR_CACHE_DIR`` in the environment (which the hook forbids) and costs 2 s;
+    this mode opts out (``_should_skip_dynamo``; ``tests/test_hostops.py``).  A later
+    import of dynamo inside a worker would now meet the hook at that environment write; the
+    CPU suite's evaluations (forward, backward, timing) make none, and the CUDA graph and
+    timing code do not import it."""
     import torch
 
     _guard_undispatched_methods()
