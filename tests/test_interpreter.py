@@ -216,8 +216,14 @@ def test_tensors_share_their_shapes_constexprs_and_keep_the_constructors_fields(
     cached = core.tensor.__init__
     if not hasattr(cached, "__wrapped__"):
         pytest.skip("this triton's tensor is not the one the cache was written against")
+    import enum
+
+    class Width(enum.IntEnum):   # spelled '16' like the int: same type name, another shape
+        B16 = 16
+
     types = [tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.int32, [16]), tl.float32,
-             tl.block_type(tl.float32, [True]), tl.block_type(tl.float32, [1])]
+             tl.block_type(tl.float32, [True]), tl.block_type(tl.float32, [1]),
+             tl.block_type(tl.float32, [16]), tl.block_type(tl.float32, [Width.B16])]
     handle = TensorHandle(np.zeros(1, np.float32), tl.float32)
 
     def fields(t):

@@ -472,3 +472,40 @@ def test_an_optional_output_argument_passes() -> None:
     assert check_source(source, entry="launch") == []
     # ... but the tensor side of it still may not compute.
     assert "host-compute" in rules_of(source.replace("assert out.stride(0)", "out = out * 2\n    assert out.stride(0)"))
+
+
+@pytest.mark.parametrize("test, refused", [
+    ("a.shape is b.shape", True),
+    ("a.type.shape is not b.type.shape", True),
+    ("a is b", True),
+    ("BIAS is None", False),
+    ("None is not BIAS", False),
+    ("a.shape == b.shape", False),
+])
+def test_object_identity_in_a_kernel_is_refused_except_against_none(test, refused) -> None:
+    """``is`` in a kernel tells front ends apart (the interpreter's shared shape objects);
+    only a test against None passes, and identity in host code is not this rule's."""
+    source = f'''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x_ptr, BIAS, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offs)
+    b = a + 1.0
+    if {test}:
+        a = b
+    tl.store(x_ptr + offs, a)
+
+
+def run(x, bias=None):
+    if bias is None:
+        bias = x
+    _k[(1,)](x, None, BLOCK=16)
+    return x
+'''
+    rules = {v.rule for v in check_source(source, "k.py")}
+    assert ("kernel-identity" in rules) is refused, rules

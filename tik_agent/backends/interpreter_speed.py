@@ -17,7 +17,10 @@ block shapes only, never on a program's data, so each is computed once and reuse
 Each replacement keeps what it replaces as ``__wrapped__`` (``benchmarks/bench_interpreter.py``
 swaps them back, and ``tests/test_interpreter.py`` compares bits), and each is left out
 where this Triton's piece is not the one it was written against.  None of this changes
-what a kernel computes: the same values reach the same numpy operations.
+what a kernel computes (the same values reach the same numpy operations) with one
+exception the static rules close: blocks of one shape now share one shape object, so
+``a.shape is b.shape`` would be True where Triton's compiler says False; the rule
+``kernel-identity`` refuses object identity in kernels but ``is None``.
 """
 
 from __future__ import annotations
@@ -157,16 +160,22 @@ def _install_dtype_cache() -> None:
 
 
 # What the constructors below were written against (triton 3.6 and 3.9 alike): the names their
-# code uses.  Another Triton's constructor may do more, and is then left as it is.
-_BLOCK_TYPE_NAMES = frozenset({"TypeError", "_unwrap_shape", "element_ty", "isinstance", "list", "name",
-                               "numel", "shape", "tuple", "validate_block_shape"})
-_TENSOR_NAMES = frozenset({"__init__", "constexpr", "dtype", "handle", "is_block", "math", "numel", "prod",
-                           "scalar", "shape", "super", "tuple", "type"})
+# code uses and its constants (the name's format pieces among them).  Another Triton's
+# constructor may do more, and is then left as it is.
+_BLOCK_TYPE_CODE = (frozenset({"TypeError", "_unwrap_shape", "element_ty", "isinstance", "list", "name",
+                               "numel", "shape", "tuple", "validate_block_shape"}),
+                    (None, "0d block_type is forbidden", "<", ", ", ">"))
+_TENSOR_CODE = (frozenset({"__init__", "constexpr", "dtype", "handle", "is_block", "math", "numel", "prod",
+                           "scalar", "shape", "super", "tuple", "type"}),
+                ("Not called by user code.", (), None))
 
 
-def _written_against(fn, names: frozenset) -> bool:
+def _written_against(fn, expected: tuple[frozenset, tuple]) -> bool:
     code = getattr(fn, "__code__", None)
-    return code is not None and frozenset(code.co_names) == names and not getattr(fn, MARK, False)
+    if code is None or getattr(fn, MARK, False):
+        return False
+    consts = tuple(c for c in code.co_consts if not hasattr(c, "co_code"))
+    return (frozenset(code.co_names), consts) == expected
 
 
 def _install_block_type_cache() -> None:
@@ -180,7 +189,7 @@ def _install_block_type_cache() -> None:
     from triton.language import core
 
     original = core.block_type.__init__
-    if not _written_against(original, _BLOCK_TYPE_NAMES):
+    if not _written_against(original, _BLOCK_TYPE_CODE):
         log.debug("block_type.__init__ is not the one its cache was written against; left as it is")
         return
     constexpr, tl_tuple = core.constexpr, core.tuple
@@ -214,22 +223,27 @@ def _install_tensor_shape_cache() -> None:
     from triton.language import core
 
     original = core.tensor.__init__
-    if not _written_against(original, _TENSOR_NAMES) or core.base_value.__init__ is not object.__init__:
+    if not _written_against(original, _TENSOR_CODE) or core.base_value.__init__ is not object.__init__:
         log.debug("tensor.__init__ is not the one its cache was written against; left as it is")
         return
     known: dict[object, tuple] = {}
 
     def init(self, handle, type):  # the parameter keeps the constructor's name: callers pass it by keyword
-        # A block type's name spells its exact shape (``<['1', '16'], fp32>``): ``(True,)`` and
-        # ``(1,)`` are equal tuples, but not equal names.  Every other type has no shape.
+        # A block type's name spells its shape (``<['1', '16'], fp32>``), and a hit must also
+        # hold the very shape object stored: the block-type cache gives every block of one
+        # shape that object, while an int subclass spelled like an int (an IntEnum member)
+        # or a shape built elsewhere is another object.  Every other type has no shape.
         block = type.is_block()
         key = getattr(type, "name", None) if block else ()
+        shape = type.shape if block else None
         try:
-            numel, wrapped = known[key]
+            stored, numel, wrapped = known[key]
         except (KeyError, TypeError):
+            stored = wrapped = None
+        if wrapped is None or stored is not shape:  # a hit is the very shape object stored
             original(self, handle, type)
             if key is not None and (not block or all(builtins.type(d) is int for d in type.shape)):
-                known[key] = (self.numel, self.shape)
+                known[key] = (shape, self.numel, self.shape)
             return
         self.handle = handle
         self.numel = numel

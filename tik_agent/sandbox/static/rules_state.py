@@ -198,3 +198,23 @@ def _check_kernel_store(ctx: Context) -> Iterator[Violation]:
     for node, target, _ in _stores(ctx):
         if ctx.in_kernel(node):
             yield v("kernel-store", target, f"'{ast.unparse(target)}' stores onto an object from a kernel body")
+
+
+# Rationale: whether two values in a kernel are the same object is a fact about the front
+# end running it, not about the kernel.  Triton's compiler, its interpreter and tik-agent's
+# interpreter caches (tik_agent/backends/interpreter_speed.py shares shape objects) answer
+# ``a.shape is b.shape`` differently, so a kernel could tell the CPU evaluator from a GPU
+# and compute other bits on each.  A test against None (an optional pointer) is the only
+# identity a kernel needs.
+@rule("kernel-identity")
+def _check_kernel_identity(ctx: Context) -> Iterator[Violation]:
+    """No ``is`` / ``is not`` inside a @triton.jit function, except against None."""
+    for node in ctx.nodes:
+        if not isinstance(node, ast.Compare) or not ctx.in_kernel(node):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if isinstance(op, (ast.Is, ast.IsNot)) and not any(
+                    isinstance(x, ast.Constant) and x.value is None for x in (left, right)):
+                yield v("kernel-identity", node,
+                        f"'{ast.unparse(node)}': object identity inside a kernel is not allowed (only 'is None')")
