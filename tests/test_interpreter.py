@@ -278,3 +278,45 @@ def test_blocks_of_one_shape_are_broadcast_as_shipped():
     finally:
         semantic.TritonSemantic.broadcast_impl_value = fast
     assert _device_function_bits() == shipped
+
+
+@triton.jit
+def _shape_probes(out_ptr, BLOCK: tl.constexpr):
+    # What the static rules leave to a kernel that wants to know whether two shapes are one
+    # object (``is`` is refused by kernel-identity): containment tries identity first.
+    offs = tl.arange(0, BLOCK)
+    a = tl.zeros([BLOCK], tl.float32)
+    b = tl.full([BLOCK], 1.0, tl.float32)
+    n = 0.0
+    if a.shape in (b.shape,):
+        n = n + 1.0
+    if a.type.shape in [b.type.shape]:
+        n = n + 2.0
+    if a.shape[0] in (b.shape[0],):
+        n = n + 4.0
+    tl.store(out_ptr + offs, b * n)
+
+
+def test_shared_shape_objects_are_not_seen_through_containment():
+    """Attack on the shared shapes: ``in`` tries identity, then equality, and equal shapes
+    are equal either way, so the shipped pieces and the caches store the same bits."""
+    from triton.language import core, semantic
+
+    interpreter.activate()
+    pieces = [(core.block_type, "__init__"), (core.tensor, "__init__"),
+              (semantic.TritonSemantic, "broadcast_impl_value")]
+    ours = [getattr(owner, name) for owner, name in pieces]
+    if not all(hasattr(fn, "__wrapped__") for fn in ours):
+        pytest.skip("this triton's pieces are not the ones the caches were written against")
+    got = []
+    try:
+        for shipped in (False, True):
+            for (owner, name), fn in zip(pieces, ours):
+                setattr(owner, name, fn.__wrapped__ if shipped else fn)
+            out = torch.zeros(4)
+            _shape_probes[(1,)](out, BLOCK=4)
+            got.append(out.tolist())
+    finally:
+        for (owner, name), fn in zip(pieces, ours):
+            setattr(owner, name, fn)
+    assert got[0] == got[1] == [7.0] * 4
