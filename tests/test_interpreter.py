@@ -320,3 +320,17 @@ def test_shared_shape_objects_are_not_seen_through_containment():
         for (owner, name), fn in zip(pieces, ours):
             setattr(owner, name, fn)
     assert got[0] == got[1] == [7.0] * 4
+
+
+def test_every_piece_is_installed_on_the_tritons_it_was_written_against():
+    """The tests above skip where a piece was left out; on the pinned Tritons (3.6 for the
+    nodes, 3.9 here) every piece must be in, or a changed version check would go unseen."""
+    from triton.language import core, semantic
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    if not triton.__version__.startswith(("3.6.", "3.9.")):
+        pytest.skip(f"triton {triton.__version__}: the pieces may be left out here")
+    pieces = [triton_interpreter._patch_builtin, triton_interpreter._patch_lang, triton_interpreter._get_np_dtype,
+              core.block_type.__init__, core.tensor.__init__, semantic.TritonSemantic.broadcast_impl_value]
+    assert all(getattr(fn, interpreter_speed.MARK, False) for fn in pieces)

@@ -170,12 +170,15 @@ _TENSOR_CODE = (frozenset({"__init__", "constexpr", "dtype", "handle", "is_block
                 ("Not called by user code.", (), None))
 
 
-def _written_against(fn, expected: tuple[frozenset, tuple]) -> bool:
+def _written_against(fn, *expected: tuple[frozenset, tuple | None]) -> bool:
+    """``fn`` is not ours and its code has one of the ``expected`` (names, constants); None
+    as the constants checks the names alone."""
     code = getattr(fn, "__code__", None)
     if code is None or getattr(fn, MARK, False):
         return False
+    names = frozenset(code.co_names)
     consts = tuple(c for c in code.co_consts if not hasattr(c, "co_code"))
-    return (frozenset(code.co_names), consts) == expected
+    return any(names == want and want_consts in (None, consts) for want, want_consts in expected)
 
 
 def _install_block_type_cache() -> None:
@@ -273,9 +276,7 @@ def _install_same_shape_broadcast() -> None:
 
     cls = getattr(semantic, "TritonSemantic", None)
     original = getattr(cls, "broadcast_impl_value", None)
-    code = getattr(original, "__code__", None)
-    if code is None or getattr(original, MARK, False) or not any(
-            frozenset(code.co_names) == _BROADCAST_NAMES | {tensor} for tensor in ("make_tensor", "tensor")):
+    if not _written_against(original, *((_BROADCAST_NAMES | {maker}, None) for maker in ("make_tensor", "tensor"))):
         log.debug("broadcast_impl_value is not the one its fast path was written against; left as it is")
         return
 
