@@ -15,7 +15,7 @@ from tik_agent.spec.domain_cases import domain_cases, drawn_domain_case
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import resolve
-from tik_agent.spec.views import layout_classes
+from tik_agent.spec.views import gradient_layouts, layout_classes
 
 
 def test_a_spec_without_a_domain_adds_no_cases(tmp_path):
@@ -112,3 +112,23 @@ def test_an_evaluation_draws_its_domain_case_from_its_secret():
     other = per_evaluation_cases(spec, "cpu", [], random.Random(2))
     assert [c.id for c in first] == [c.id for c in again] != [c.id for c in other]
     assert sum(1 for c in first if c.kwargs) == 1
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention"])
+def test_the_gradients_a_layout_case_generates_are_the_ones_the_wheel_takes(name):
+    """The wheel's backward op takes upstream gradients in the layouts of
+    ``gradient_layouts`` only: each one the grid generates must be among them (else the
+    wheel refuses what was judged), and a broadcast one never is (autograd's ``.sum()``)."""
+    spec = resolve(name)
+    assert spec.backward is not None
+    declared = {c for i in spec.inputs for c in spec.domain.layouts_of(i.name)}
+    grads = len(spec.backward.grads)
+    seen = set()
+    for case in (c for c in domain_cases(spec, "cpu") if c.layout and ":" not in c.layout):
+        for g in make_inputs(spec, case)[-grads:]:
+            classes = layout_classes(g)
+            assert classes <= gradient_layouts(declared, g), (case.id, classes)
+            seen |= classes
+            spread = g.expand(2, *g.shape)   # what a loss's .sum() hands over: refused, or copied
+            assert not layout_classes(spread) <= gradient_layouts(declared, spread)
+    assert seen - {"contiguous"}   # the gradients did take layouts other than contiguous

@@ -169,6 +169,70 @@ def test_matmul_and_attention_refuse_outside_and_route_the_layouts_models_use(tm
     assert "k_cache is a row-strided view" in att["cache view"]
 
 
+def test_the_backward_op_checks_its_calls_and_autograd_hands_it_judged_gradients(tmp_path):
+    """The backward op is callable on its own (torch.ops): it refuses forward inputs outside
+    the domain and upstream gradients of another shape, dtype or an unjudged layout.  Autograd
+    hands over what the loss gives (``.sum()``: a broadcast view, which no case judged); the
+    forward op's gradient copies it into a judged layout first, so training never meets the
+    refusal, and the kernel is never called with the broadcast view (the negative control
+    lifts that copy and the kernel sees it)."""
+    r = _probe(tmp_path, "logprobs", """
+        from tik_kernel_logprobs import _autograd, _domain, _views
+        bop = torch.ops.tik_kernel_logprobs.token_logprobs_backward
+        logits, targets = torch.randn(3, 50), torch.tensor([4, 9, 7])
+        ones = torch.ones(3)
+        probe("contiguous dout", lambda: bop(logits, targets, ones)[0])
+        probe("offset dout", lambda: bop(logits, targets, torch.ones(4)[1:])[0])
+        probe("broadcast dout", lambda: bop(logits, targets, torch.ones(1).expand(3))[0])
+        probe("strided dout", lambda: bop(logits, targets, torch.ones(6)[::2])[0])  # logits declares the class
+        probe("short dout", lambda: bop(logits, targets, torch.ones(2))[0])
+        probe("fp64 dout", lambda: bop(logits, targets, ones.double())[0])
+        probe("bad target", lambda: bop(logits, torch.tensor([4, -5, 7]), ones)[0])
+        seen, kernel = [], _autograd._kernel_backward
+        def recording(logits, targets, dout):
+            seen.append(sorted(_views.layout_classes(dout)))
+            return kernel(logits, targets, dout)
+        _autograd._kernel_backward = recording
+        def summed():
+            x = logits.clone().requires_grad_()
+            pkg.token_logprobs(x, targets).sum().backward()
+            return x.grad
+        grad = summed()
+        results["sum bits"] = torch.equal(grad.view(torch.int32), kernel(logits, targets, ones)[0].view(torch.int32))
+        results["sum saw"] = seen[-1]
+        _domain.conform_grad = lambda g: g   # negative control: autograd's gradient as it comes
+        probe("sum without the copy", summed)
+        results["control saw"] = seen[-1]
+    """)
+    assert r["contiguous dout"] == r["offset dout"] == r["strided dout"] == "ok torch.float32"
+    name = "tik_kernel_logprobs.token_logprobs_backward"
+    assert r["broadcast dout"].startswith(f"refused: {name}: dout is a broadcast view (strides (0,)")
+    assert "certified layouts of upstream gradients of its form: column-strided, contiguous, offset" \
+        in r["broadcast dout"]
+    assert r["short dout"] == (f"refused: {name}: dout has shape (2,); certified: (3,), the shape of the "
+                               "output for these inputs")
+    assert r["fp64 dout"].startswith(f"refused: {name}: dout is float64; certified: float32")
+    assert r["bad target"].startswith(f"refused: {name}: targets holds -5")
+    assert r["sum bits"] is True and r["sum saw"] == ["contiguous"]
+    assert r["sum without the copy"].startswith("refused: ") and "broadcast view" in r["sum without the copy"]
+    assert r["control saw"] == ["contiguous"]   # the refusal came first: the kernel never saw the view
+    rms = _probe(tmp_path / "rms", "rmsnorm", """
+        bop = torch.ops.tik_kernel_rmsnorm.rms_norm_backward
+        x, w = torch.randn(4, 64), torch.randn(64)
+        probe("transposed dy", lambda: bop(x, w, torch.randn(64, 4).t())[0])
+        probe("broadcast dy", lambda: bop(x, w, torch.ones(1, 64).expand(4, 64))[0])
+        probe("eps", lambda: bop(x, w, torch.randn(4, 64), 0.5)[0])
+        def summed():
+            xg = x.clone().requires_grad_()
+            pkg.rms_norm(xg, w).sum().backward()
+            return xg.grad
+        probe("sum", summed)
+    """)
+    assert rms["transposed dy"] == rms["sum"] == "ok torch.float32"
+    assert "dy is a broadcast view" in rms["broadcast dy"]
+    assert rms["eps"].endswith("eps=0.5 is outside the certified range 1e-12 to 0.01")
+
+
 def test_a_certificate_from_before_domains_keeps_the_old_checks(tmp_path):
     path, name = render_package(tmp_path, BUNDLED_DIR / "rmsnorm")
     cert_file = path / name / "certificate.json"

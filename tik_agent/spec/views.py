@@ -56,6 +56,17 @@ def layout_classes(t) -> set[str]:
     return out | {"column-strided"}
 
 
+def gradient_layouts(declared, t) -> set[str]:
+    """The classes the parity grid lays an upstream gradient like ``t`` out in (a layout
+    case lays every gradient out in its class: :func:`tik_agent.spec.input_layout.place`):
+    contiguous, and each class of ``declared`` (those some input declares), the
+    two-dimensional ones only for two dimensions or more; a 0-d or empty gradient only
+    ever comes contiguous (:func:`lay_out` leaves it as it is)."""
+    if t.dim() == 0 or t.numel() == 0:
+        return {"contiguous"}
+    return {"contiguous"} | {c for c in declared if t.dim() >= 2 or c not in TWO_DIMENSIONAL}
+
+
 def _filler(t):
     return float("nan") if t.is_floating_point() else 1
 
