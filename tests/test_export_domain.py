@@ -10,10 +10,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from packageutil import render_package, run_fresh
+from seedutil import copy_seed, edit
 from tik_agent.export.builder import _distribution_record
 from tik_agent.export.certificate import build_certificate
 from tik_agent.export.project import distribution
@@ -21,6 +23,7 @@ from tik_agent.export.source import ExportSource
 from tik_agent.spec.seeds import BUNDLED_DIR
 from tik_agent.spec.schema import load_spec
 
+REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # fresh interpreters that import torch and triton
 
 # Runs the calls ``CALLS`` names in a fresh interpreter; each gives "ok <dtype>" or the error's text.
@@ -231,6 +234,82 @@ def test_the_backward_op_checks_its_calls_and_autograd_hands_it_judged_gradients
     assert rms["transposed dy"] == rms["sum"] == "ok torch.float32"
     assert "dy is a broadcast view" in rms["broadcast dy"]
     assert rms["eps"].endswith("eps=0.5 is outside the certified range 1e-12 to 0.01")
+
+
+JUDGED_BACKWARD_CALLS = """
+    import json, random, sys
+    sys.path.insert(0, {repo!r})
+    import torch
+    from tik_agent.judge.plan import per_evaluation_cases
+    from tik_agent.spec.cases import case_kwargs, make_inputs
+    from tik_agent.spec.grid import evaluation_cases
+    from tik_agent.spec.schema import load_spec
+    from {pkg} import _domain
+    spec = load_spec({seed!r})
+    cases = evaluation_cases(spec, "cpu") + per_evaluation_cases(spec, "cpu", [], random.Random(0))
+    grads = len(spec.backward.grads)
+    refused, calls = [], 0
+    for case in cases:
+        if case.layout.startswith("huge"):   # no gradient takes a huge form
+            continue
+        inputs = make_inputs(spec, case)
+        calls += 1
+        try:
+            _domain.check_backward("op", inputs[:-grads], inputs[-grads:], list(spec.backward.grads),
+                                   case_kwargs(spec, case))
+        except _domain.NotCertifiedError as exc:
+            refused.append(case.id + ": " + str(exc))
+    print(json.dumps({{"calls": calls, "refused": refused}}))
+"""
+
+
+@pytest.mark.parametrize("variant", ["bundled", "mixed x", "no offset"])
+def test_the_wheel_takes_every_backward_call_the_grid_judged(tmp_path, variant):
+    """Every parity call the grid makes of the backward (forward inputs, upstream gradients,
+    keywords) passes the wheel's own check of it: else training inside the certified domain
+    is refused.  The variants: a mixed combination that changes the first float input (the
+    gradient takes the case's dtype, not that input's), and a domain without offset views."""
+    seed = copy_seed("rmsnorm", tmp_path / "seeds")
+    if variant == "mixed x":
+        edit(seed / "spec.toml", 'mixed = [{ weight = "float32" }]', 'mixed = [{ x = "float32" }]')
+    if variant == "no offset":
+        edit(seed / "spec.toml", 'x = ["contiguous", "row-strided", "transposed", "column-strided", "offset"]',
+             'x = ["contiguous", "row-strided"]')
+        edit(seed / "spec.toml", 'weight = ["contiguous", "column-strided", "offset"]', 'weight = ["contiguous"]')
+    path, name = render_package(tmp_path / "pkg", seed)
+    r = run_fresh(path, textwrap.dedent(JUDGED_BACKWARD_CALLS).format(repo=str(REPO), pkg=name, seed=str(seed)))
+    assert r["calls"] > 50 and r["refused"] == [], r["refused"][:5]
+
+
+def test_training_on_slices_of_a_gradient_hands_the_backward_a_fresh_copy(tmp_path):
+    """Backward through ``torch.cat`` of two calls hands the second an offset slice of the
+    upstream gradient, contiguous already: with offset views outside the domain the copy
+    must be a fresh tensor (``contiguous()`` would return the offset view, and the backward
+    op would refuse it)."""
+    seed = copy_seed("rmsnorm", tmp_path / "seeds")
+    edit(seed / "spec.toml", 'x = ["contiguous", "row-strided", "transposed", "column-strided", "offset"]',
+         'x = ["contiguous", "row-strided"]')
+    edit(seed / "spec.toml", 'weight = ["contiguous", "column-strided", "offset"]', 'weight = ["contiguous"]')
+    path, name = render_package(tmp_path / "pkg", seed)
+    r = run_fresh(path, _body(name, """
+        from tik_kernel_rmsnorm import _autograd
+        seen, kernel = [], _autograd._kernel_backward
+        def recording(x, weight, dy, eps):
+            seen.append(dy.storage_offset())
+            return kernel(x, weight, dy, eps)
+        _autograd._kernel_backward = recording
+        a, b, w = torch.randn(4, 64, requires_grad=True), torch.randn(4, 64, requires_grad=True), torch.randn(64)
+        def step():
+            out = torch.cat([pkg.rms_norm(a, w), pkg.rms_norm(b, w)])
+            out.backward(torch.randn(8, 64))
+            return b.grad
+        probe("cat", step)
+        results["offsets"] = seen
+        bop = torch.ops.tik_kernel_rmsnorm.rms_norm_backward
+        probe("offset dy", lambda: bop(a.detach(), w, torch.randn(5, 64)[1:])[0])
+    """))
+    assert r["cat"] == "ok torch.float32" and r["offsets"] == [0, 0]
+    assert "dy is an offset view (strides (64, 1), offset 64)" in r["offset dy"]
 
 
 def test_a_certificate_from_before_domains_keeps_the_old_checks(tmp_path):
