@@ -58,7 +58,7 @@ def layout_classes(t) -> set[str]:
 
 def gradient_layouts(declared, t) -> set[str]:
     """The classes the parity grid lays an upstream gradient like ``t`` out in (a layout
-    case lays every gradient out in its class: :func:`tik_agent.spec.input_layout.place`):
+    case lays every gradient out in its class: the grid's ``input_layout.place``):
     contiguous, and each class of ``declared`` (those some input declares), the
     two-dimensional ones only for two dimensions or more; a 0-d or empty gradient only
     ever comes contiguous (:func:`lay_out` leaves it as it is)."""
