@@ -21,6 +21,7 @@ from tik_agent.run.runconfig import RunConfig
 from tik_agent.sandbox.process import SandboxResult
 from tik_agent.search.executor import LocalExecutor, assign_gpus, visible_devices
 from tik_agent.search.optimize import Optimizer
+from tik_agent.sandbox import forkserver
 from tik_agent.spec.seeds import resolve
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
@@ -113,6 +114,7 @@ def test_the_worker_gets_its_gpu_and_a_fresh_copy_of_the_warm_cache(tmp_path, mo
         return SandboxResult(0, False, None, 0.1, "", "")
 
     monkeypatch.setattr(workerbox_mod, "run_sandboxed", fake_run)
+    monkeypatch.setenv(forkserver.SWITCH, "0")  # the seed's worker goes through the fake too
     spec = resolve("rmsnorm")
     reference = evaluate_mod.Reference({}, {}, "", [])
     options = EvalOptions(device="cpu", timing=False, cuda_device="GPU-77aa", warm_cache=str(warm))

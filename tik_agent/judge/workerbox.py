@@ -23,7 +23,7 @@ from tik_agent.judge.phases import PhaseWatch
 from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
 from tik_agent.redaction import scrub_text, scrub_worker_data
-from tik_agent.sandbox import hostops
+from tik_agent.sandbox import forkserver, hostops
 from tik_agent.sandbox.confine import EXIT_CONFINE_FAILED
 from tik_agent.sandbox.process import SandboxLimits, SandboxResult, open_worker_file, run_sandboxed, scrubbed_environment
 from tik_agent.sandbox.worker import CASE_FILE, OUTPUTS_FILE, PROGRESS_FILE, REQUEST_FILE, RESULT_FILE, worker_argv
@@ -59,8 +59,12 @@ class WorkerBox:
         return PhaseWatch(self.dir / PROGRESS_FILE, limits, basis)
 
     def run(self, request: dict, options: EvalOptions, watch: PhaseWatch, wall: float):
+        """The worker on ``request``.  The seed's (``reference`` mode: the user's own kernel, no
+        candidate code) forks from the warm server where it runs (:mod:`tik_agent.sandbox.forkserver`);
+        every other worker starts a fresh interpreter in the operating system's sandbox."""
         (self.dir / REQUEST_FILE).write_text(json.dumps(request))
-        watch.label = "the seed's worker" if request.get("mode") == "reference" else "the candidate's worker"
+        trusted = request.get("mode") == "reference"
+        watch.label = "the seed's worker" if trusted else "the candidate's worker"
         watch.cases = count_text(c.get("origin", "grid") for c in request.get("cases", []))
         extra = {}
         if options.device == "cpu":
@@ -80,8 +84,11 @@ class WorkerBox:
             max_processes=4096,
         )
         env = scrubbed_environment(extra, workdir=self.dir)
-        proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
-                             private=(REQUEST_FILE,))
+        proc = forkserver.run_trusted(self.dir, limits, env, watchdog=watch) \
+            if trusted and forkserver.enabled(options.device) else None
+        if proc is None:
+            proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
+                                 private=(REQUEST_FILE,))
         watch.finish()
         if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
             _replace_tree(cache, Path(options.save_cache))

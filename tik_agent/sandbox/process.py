@@ -145,7 +145,7 @@ def scrubbed_environment(extra: Mapping[str, str] | None = None, *, workdir: Pat
     return env
 
 
-def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_network: bool) -> Callable[[], None]:
+def child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_network: bool) -> Callable[[], None]:
     """The preexec_fn: runs in the child between fork and exec, so it stays minimal."""
 
     def setup() -> None:
@@ -174,7 +174,7 @@ def _child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_networ
     return setup
 
 
-def _read_tail(handle: BinaryIO, limit: int = OUTPUT_TAIL_BYTES) -> str:
+def read_tail(handle: BinaryIO, limit: int = OUTPUT_TAIL_BYTES) -> str:
     """The last ``limit`` bytes of an output file, read through the parent's own handle.
 
     Reading by descriptor, not by path, means a child that swaps the file for a
@@ -301,7 +301,7 @@ def run_sandboxed(
             stderr=err,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_child_setup(limits, libc, isolate),
+            preexec_fn=child_setup(limits, libc, isolate),
         )
         logger.debug("sandbox pid %d started: %s", proc.pid, " ".join(argv))
         try:
@@ -315,7 +315,7 @@ def run_sandboxed(
         _kill_group(proc.pid)  # also takes grandchildren left behind by a finished child
         status = _reap(proc)
         wall = time.monotonic() - start
-        stdout, stderr = _read_tail(out), _read_tail(err)
+        stdout, stderr = read_tail(out), read_tail(err)
     exited = waited is True
     reason = waited if isinstance(waited, str) else None
     if reason:
