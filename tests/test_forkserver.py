@@ -150,3 +150,31 @@ def _waiting_pids(workdir):
             except OSError:
                 pass
     return found
+
+
+def test_a_stop_kills_the_forked_workers_and_leaves_the_server(spec, tmp_path):
+    """kill_sandboxes (Ctrl-C twice, a cancelled Ray evaluation) takes the seed's forked workers
+    as it takes sandboxed children; the server is not one of them and serves the next worker."""
+    from tik_agent.search.interrupts import kill_sandboxes, sandbox_groups
+
+    box, env = _blocked_worker(spec, tmp_path)
+    try:
+        server = forkserver._server()
+        seen = []
+
+        def stop_once_the_worker_waits():
+            progress = box.dir / "progress"
+            if not seen and progress.is_file() and progress.read_text().strip() == "waiting":
+                seen.append((sorted(sandbox_groups()), [int(p) for p in _waiting_pids(box.dir)]))
+                seen.append(kill_sandboxes())
+            return None
+
+        result = forkserver.run_trusted(box.dir, SandboxLimits(wall_seconds=120), env,
+                                        watchdog=stop_once_the_worker_waits)
+        (groups, worker), killed = seen
+        assert len(groups) == 1 and groups == worker  # the forked worker, by the directory it works in
+        assert server.proc.pid not in groups and killed == 1
+        assert result.signal == signal.SIGKILL and not result.timed_out
+        assert sandbox_groups() == [] and not server.dead and forkserver._server() is server
+    finally:
+        box.close()

@@ -80,7 +80,10 @@ class _Server:
         self._errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors,
-            env=scrubbed_environment({"TRITON_INTERPRET": "1"}), cwd="/", start_new_session=True, close_fds=True)
+            env=scrubbed_environment({"TRITON_INTERPRET": "1"}), cwd="/", close_fds=True,
+            # Its own process group, so a terminal's Ctrl-C reaches the parent only; not its own session,
+            # which marks a sandbox (tik_agent.search.interrupts): its children, the workers, are those.
+            process_group=0)
         self._write = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._ids = 0
@@ -177,6 +180,12 @@ def shutdown() -> None:
         server, _current = _current, None
     if server is not None:
         server.close()
+
+
+def server_pid() -> int | None:
+    """The running server's pid (its children are the seed's workers), or None."""
+    server = _current
+    return server.proc.pid if server is not None and not server.dead else None
 
 
 def runs_served() -> int:

@@ -22,12 +22,15 @@ class Interruptible(Protocol):
 
 
 def sandbox_groups() -> list[int]:
-    """The process group of every sandboxed child of this process.
+    """The process group of every sandboxed child of this process, and of every
+    seed's worker forked for it (:mod:`tik_agent.sandbox.forkserver`).
 
     A sandbox is recognised as a child that leads its own session (git
-    subprocesses share ours and are left alone).
+    subprocesses and the fork server share ours and are left alone).
     """
-    me, groups = os.getpid(), []
+    from tik_agent.sandbox import forkserver
+
+    parents, groups = {os.getpid(), forkserver.server_pid()}, []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -37,7 +40,7 @@ def sandbox_groups() -> list[int]:
         except OSError:
             continue
         ppid, pgrp, session = int(fields[1]), int(fields[2]), int(fields[3])
-        if ppid == me and pgrp == session == int(entry):
+        if ppid in parents and pgrp == session == int(entry):
             groups.append(pgrp)
     return groups
 
