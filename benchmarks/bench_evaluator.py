@@ -30,6 +30,13 @@ repeat: every case run before the outputs are judged (``early_stop=False``: the
 gate stops the worker before timing, as before the parity stream) and each case
 judged as the worker finishes it, the worker stopped at the first that fails
 (the default).  Every run is printed.
+
+    .venv/bin/python benchmarks/bench_evaluator.py --seed-forks [--seeds rmsnorm logprobs] [--repeat 3]
+
+times the same parity-failing evaluation with the seed's worker forked from the
+warm server (:mod:`tik_agent.sandbox.forkserver`) and started fresh in the
+sandbox (``TIK_AGENT_SEED_FORKS=0``), alternated; the server is started before
+the first repeat, as it is once per process in a run.
 """
 
 from __future__ import annotations
@@ -166,6 +173,40 @@ def main_failing(args) -> None:
               f"| {runs[True][0][1]} |", flush=True)
 
 
+def main_seed_forks(args) -> None:
+    """Each repeat evaluates the same failing candidate twice, alternated: the seed's worker
+    started fresh in the sandbox, then forked from the warm server."""
+    from tik_agent.sandbox import forkserver
+
+    print("| seed | seed's worker fresh: wall s, CPU s | forked: wall s, CPU s | ratios of medians (wall, CPU) |")
+    print("| --- | --- | --- | ---: |")
+    for name in args.seeds:
+        spec = resolve(name)
+        os.environ[forkserver.SWITCH] = "1"  # the reference also starts the server
+        reference = compute_reference(spec, EvalOptions(device="cpu", rounds=args.rounds, warmup=args.warmup))
+        runs: dict[str, list] = {"0": [], "1": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(args.repeat):
+                for forks in ("0", "1"):
+                    os.environ[forkserver.SWITCH] = forks
+                    busy = busy_cpu_s()
+                    wall, reason = failing(spec, args.rounds, args.warmup, reference, Path(tmp))
+                    runs[forks].append((wall, busy_cpu_s() - busy, reason))
+        assert {r for *_, r in runs["0"]} == {r for *_, r in runs["1"]}, "the two ways gave different verdicts"
+        med = {k: [statistics.median(r[i] for r in runs[k]) for i in (0, 1)] for k in runs}
+        each = lambda k: f"{med[k][0]:.1f}, {med[k][1]:.1f} ({'; '.join(f'{w:.1f}, {c:.1f}' for w, c, _ in runs[k])})"  # noqa: E731
+        print(f"| {name} | {each('0')} | {each('1')} | {med['1'][0] / med['0'][0]:.2f}, {med['1'][1] / med['0'][1]:.2f} |",
+              flush=True)
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy (not idle or waiting), from /proc/stat: the
+    seed's forked workers are the server's children, which this process's rusage never sees."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", help="default: rmsnorm logprobs matmul (--failing: rmsnorm logprobs)")
@@ -177,7 +218,14 @@ def main() -> None:
     parser.add_argument("--failing", action="store_true",
                         help="time one evaluation of a parity-failing candidate instead (seeds: "
                         + ", ".join(WRONG_BITS) + ")")
+    parser.add_argument("--seed-forks", action="store_true",
+                        help="time a parity-failing evaluation with the seed's worker forked and started fresh")
     args = parser.parse_args()
+    if args.seed_forks:
+        args.seeds = args.seeds or list(WRONG_BITS)
+        if not set(args.seeds) <= set(WRONG_BITS):
+            parser.error(f"--seed-forks: only {', '.join(WRONG_BITS)} have an edit that changes their bits")
+        return main_seed_forks(args)
     if args.second_run:
         second_run(args.seeds or ["rmsnorm"], args.rounds, args.warmup, args.repeat)
         return
