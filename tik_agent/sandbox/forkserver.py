@@ -90,23 +90,29 @@ class _Server:
         self.ready = threading.Event()
         self.dead = False
         self.served = 0
+        self.owner = os.getpid()  # a forked copy of this process must not share the pipes
         threading.Thread(target=self._read, name="tik-agent-forkserver", daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            reply = json.loads(line)
-            if reply.get("ready"):
-                self.ready.set()
-                continue
-            job = self._jobs.pop(reply["id"], None) if "status" in reply or "error" in reply else None
-            if job is not None:
-                job.status, job.error = reply.get("status"), reply.get("error")
+        try:
+            for line in self.proc.stdout:
+                reply = json.loads(line)
+                if reply.get("ready"):
+                    self.ready.set()
+                    continue
+                job = self._jobs.pop(reply["id"], None) if "status" in reply or "error" in reply else None
+                if job is not None:
+                    job.status, job.error = reply.get("status"), reply.get("error")
+                    job.done.set()
+        except (ValueError, KeyError, OSError) as exc:  # a torn reply: the server is not to be trusted with more
+            log.warning("the seed's fork server sent an unreadable reply (%s); it is stopped", type(exc).__name__)
+            self.proc.kill()
+        finally:
+            self.dead = True
+            self.ready.set()
+            for job in list(self._jobs.values()):
+                job.error = "the fork server died"
                 job.done.set()
-        self.dead = True
-        self.ready.set()
-        for job in list(self._jobs.values()):
-            job.error = "the fork server died"
-            job.done.set()
 
     def errors(self) -> str:
         self._errors.seek(0)
@@ -157,7 +163,7 @@ def _server() -> _Server | None:
     with _LOCK:
         if _broken:
             return None
-        if _current is None or _current.dead:
+        if _current is None or _current.dead or _current.owner != os.getpid():
             if _current is None:
                 atexit.register(shutdown)
             _current = _Server()
@@ -178,7 +184,7 @@ def shutdown() -> None:
     global _current
     with _LOCK:
         server, _current = _current, None
-    if server is not None:
+    if server is not None and server.owner == os.getpid():
         server.close()
 
 
