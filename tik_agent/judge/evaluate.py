@@ -125,7 +125,10 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
             if case.id not in lenient:
                 raise SpecError(f"{spec.source}: the seed fails its own checks on {options.device}: {message}")
             log.warning("the seed fails its own checks on a drawn case, which is skipped: %s", message)
-        return outputs, result, dict(watch.durations)
+        seconds = dict(watch.durations)
+        if box.forked:  # a warm fork's start says nothing of the machine: no basis for _phase_limits
+            seconds.pop("load", None)
+        return outputs, result, seconds
     finally:
         box.close()
 
@@ -372,10 +375,12 @@ def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, 
     parity = fixed.get("parity")
     # A cached reference may have been timed on a quieter machine: start-up (the
     # load phase) of this evaluation's seed worker against the reference's says
-    # how much slower the machine is now.
+    # how much slower the machine is now.  A seed's worker forked from the warm
+    # server records no load (its start measures nothing of the machine): then
+    # there is no factor, and the load limit is the floor.
     then, now = fixed.get("load"), seed_times.get("load")
     slower = max(1.0, now / then) if then and now else 1.0
-    limits = {"load": derived_limit(max(filter(None, (then, now)), default=None)),
+    limits = {"load": derived_limit(max(filter(None, (then, now)), default=0.0)),
               "parity": derived_limit(None if parity is None else parity * slower + seed_times.get("parity", 0.0))}
     if options.timing:
         digests = seed_times.get("digests")

@@ -45,6 +45,7 @@ class WorkerBox:
     def __init__(self, spec: KernelSpec, keep: bool):
         self.dir = Path(tempfile.mkdtemp(prefix="tik-eval-"))
         self.keep = keep
+        self.forked = False  # whether the last run's worker forked from the warm server
         spec_dir = self.dir / "spec"
         spec_dir.mkdir()
         for f in (spec.spec_path, spec.source, spec.reference):
@@ -84,9 +85,11 @@ class WorkerBox:
             max_processes=4096,
         )
         env = scrubbed_environment(extra, workdir=self.dir)
-        proc = forkserver.run_trusted(self.dir, limits, env, watchdog=watch) \
-            if trusted and forkserver.enabled(options.device) else None
+        self.forked = trusted and forkserver.enabled(options.device)
+        proc = forkserver.run_trusted(self.dir, limits, env, watchdog=watch) if self.forked else None
         if proc is None:
+            self.forked = False
+            (self.dir / REQUEST_FILE).write_text(json.dumps(request))  # a failed fork's worker took it
             proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
                                  private=(REQUEST_FILE,))
         watch.finish()

@@ -56,8 +56,23 @@ _POLL_S = 0.02
 
 
 def enabled(device: str) -> bool:
-    """Whether the seed's workers on ``device`` fork from the warm server."""
-    return device == "cpu" and os.environ.get(SWITCH, "1") != "0"
+    """Whether the seed's workers on ``device`` fork from the warm server: on the CPU, unless
+    switched off, and only where no candidate can reach the server (:func:`out_of_reach`)."""
+    return device == "cpu" and os.environ.get(SWITCH, "1") != "0" and out_of_reach()
+
+
+def out_of_reach(isolation=None) -> bool:
+    """Whether candidates' workers are kept from the server's process: a PID namespace hides
+    it, and Landlock denies even the read-mode ptrace check that ``/proc/<pid>/fd`` needs.
+
+    Without either (the bare process sandbox with seccomp alone, which stops the ptrace call
+    but not that open) a candidate of the same uid could open a write end of the server's
+    request pipe and have its own file run as a seed, outside the sandbox; then the seed's
+    workers start fresh in the sandbox like everyone else's."""
+    from tik_agent.sandbox import isolation as isolations
+
+    iso = isolation if isolation is not None else isolations.best()
+    return "pid" in iso.layers or iso.landlock
 
 
 @dataclass
@@ -137,7 +152,8 @@ class _Server:
         if not sent or self.dead:
             self._jobs.pop(job.id, None)
             return None
-        self.served += 1
+        with self._write:
+            self.served += 1
         return job
 
     def kill(self, job: _Job) -> None:
@@ -150,6 +166,7 @@ class _Server:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
+        self._errors.close()
 
 
 _LOCK = threading.Lock()
@@ -166,7 +183,15 @@ def _server() -> _Server | None:
         if _current is None or _current.dead or _current.owner != os.getpid():
             if _current is None:
                 atexit.register(shutdown)
-            _current = _Server()
+            elif _current.owner == os.getpid():
+                _current.close()  # dead: its pipes and its error file
+            try:
+                _current = _Server()
+            except OSError as exc:
+                log.warning("the seed's fork server could not start (%s); seed workers start fresh "
+                            "interpreters", exc)
+                _current, _broken = None, True
+                return None
         server = _current
     if server.ready.wait(READY_S) and not server.dead:
         return server
@@ -204,7 +229,8 @@ def run_trusted(workdir: Path, limits: SandboxLimits, env: dict[str, str], *,
                 watchdog=None) -> SandboxResult | None:
     """The worker on ``workdir``'s request, forked from the warm server, under
     :func:`tik_agent.sandbox.process.run_sandboxed`'s limits, watchdog and result;
-    None when the server is unavailable (nothing ran)."""
+    None when the server is unavailable, or died under the worker (then the worker's
+    result is the server's fault, not the seed's: start it again fresh)."""
     server = _server()
     if server is None:
         return None
@@ -232,6 +258,9 @@ def run_trusted(workdir: Path, limits: SandboxLimits, env: dict[str, str], *,
         wall = time.monotonic() - start
         stdout, stderr = read_tail(out), read_tail(err)
     if job.error:
+        if exited:  # nobody asked for a kill: the server failed the worker
+            log.warning("the seed's fork server failed a worker (%s); it starts fresh instead", job.error)
+            return None
         stderr += f"\n[fork server: {job.error}]"
     if job.status is None:
         returncode, killed_by = None, int(signal.SIGKILL)
@@ -298,8 +327,9 @@ def _kill_group(pid: int) -> None:
 def _handle(request: dict, children: dict[int, int], replies: int, fds: tuple[int, ...], libc) -> None:
     if request["op"] == "kill":
         for pid, job in children.items():
-            if job == request["id"]:
-                _kill_group(pid)  # not yet reaped, so the pid (and group) is still the child's
+            if job == request["id"]:  # not yet reaped, so the pid (and group) is still the child's
+                _kill_group(pid)
+                os.kill(pid, signal.SIGKILL)  # before its setsid() the child has no group of its own
         return
     try:
         pid = os.fork()
@@ -341,8 +371,8 @@ def _child(request: dict, fds: tuple[int, ...], libc) -> None:
         from tik_agent.sandbox.worker import REQUEST_FILE, main
 
         code = main([REQUEST_FILE])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # as a fresh interpreter exits on it
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         import traceback
 
