@@ -173,6 +173,25 @@ def test_the_audit_cache_is_out_of_a_candidates_reach(spec, options, reference, 
     assert (tmp_path / "cache" / "forged" / "record.json").is_file()
 
 
+@pytest.mark.skipif(_not_full_here(), reason="no full isolation here: the sandbox's process boundary is absent")
+def test_the_seeds_fork_server_is_out_of_a_candidates_reach(spec, options, reference):
+    """With a fork server running for this process, a candidate that looks for it to hand it a
+    job of its own (its file run as a seed, outside the sandbox) finds none of its pipes."""
+    from tik_agent.sandbox import forkserver
+
+    if not forkserver.enabled(options.device):
+        pytest.skip("no fork server on this device")
+    server = forkserver._server()
+    assert server is not None and not server.dead
+    verdict = evaluate_sandboxed(spec, CORPUS / "reach_the_forkserver.py",
+                                 EvalOptions(device=options.device, timing=False), reference)
+    assert verdict.passed, verdict.reason  # it raises at import if it opened a write end of a server pipe
+    # Negative control: the same probe, unsandboxed, finds this process's server and opens its pipe.
+    source = (CORPUS / "reach_the_forkserver.py").read_text()
+    with pytest.raises(RuntimeError, match=f"pipes are writable: .*'{server.proc.pid}/"):
+        exec(compile(source[:source.index("@triton.jit")], "reach_the_forkserver.py", "exec"), {})
+
+
 def test_a_finalizer_left_in_a_cycle_does_not_run_in_the_seeds_timed_calls(spec, options, reference):
     """gc_finalizer.py leaves about a second of CPU work in a cyclic generator after each
     call of the tiny cell; without the collector paused inside timed regions it runs in
