@@ -122,7 +122,7 @@ def test_the_watchdog_and_the_wall_clock_limit_kill_a_forked_worker(spec, tmp_pa
                                         watchdog=lambda: calls.append(1) or ("enough" if len(calls) > 4 else None))
         assert result.timed_out and result.watchdog_reason == "enough"
         assert result.returncode is None and result.signal == signal.SIGKILL
-        assert time.monotonic() - started < forkserver.REAP_GRACE_S  # killed, not waited out
+        assert time.monotonic() - started < forkserver.REAP_GRACE_SECONDS  # killed, not waited out
         _request(box)
         result = forkserver.run_trusted(box.dir, SandboxLimits(wall_seconds=3), env)
         assert result.timed_out and result.watchdog_reason is None and result.signal == signal.SIGKILL

@@ -43,15 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.sandbox.process import (
-    STDERR_NAME, STDOUT_NAME, WATCHDOG_POLL_SECONDS, SandboxLimits, SandboxResult, child_setup, read_tail,
-    scrubbed_environment,
+    REAP_GRACE_SECONDSECONDS, STDERR_NAME, STDOUT_NAME, WATCHDOG_POLL_SECONDS, SandboxLimits, SandboxResult, child_setup,
+    kill_group, read_tail, scrubbed_environment,
 )
 
 log = logging.getLogger(__name__)
 
 SWITCH = "TIK_AGENT_SEED_FORKS"
 READY_S = 120.0
-REAP_GRACE_S = 30.0
 _POLL_S = 0.02
 
 
@@ -162,7 +161,7 @@ class _Server:
     def close(self) -> None:
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=REAP_GRACE_S)
+            self.proc.wait(timeout=REAP_GRACE_SECONDS)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
@@ -249,12 +248,12 @@ def run_trusted(workdir: Path, limits: SandboxLimits, env: dict[str, str], *,
                     break
         except BaseException:  # KeyboardInterrupt above all: never leave the child running
             server.kill(job)
-            job.done.wait(REAP_GRACE_S)
+            job.done.wait(REAP_GRACE_SECONDS)
             raise
         exited = job.done.is_set()
         if not exited:
             server.kill(job)
-            job.done.wait(REAP_GRACE_S)
+            job.done.wait(REAP_GRACE_SECONDS)
         wall = time.monotonic() - start
         stdout, stderr = read_tail(out), read_tail(err)
     if job.error:
@@ -307,7 +306,7 @@ def serve() -> int:
                 _handle(json.loads(line), children, replies, (requests, replies, devnull), libc)
         _reap(children, replies)
     for pid in children:
-        _kill_group(pid)
+        kill_group(pid)
     for pid in children:
         os.waitpid(pid, 0)
     return 0
@@ -317,18 +316,11 @@ def _reply(fd: int, message: dict) -> None:
     os.write(fd, json.dumps(message).encode() + b"\n")
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _handle(request: dict, children: dict[int, int], replies: int, fds: tuple[int, ...], libc) -> None:
     if request["op"] == "kill":
         for pid, job in children.items():
             if job == request["id"]:  # not yet reaped, so the pid (and group) is still the child's
-                _kill_group(pid)
+                kill_group(pid)
                 os.kill(pid, signal.SIGKILL)  # before its setsid() the child has no group of its own
         return
     try:
@@ -345,7 +337,7 @@ def _reap(children: dict[int, int], replies: int) -> None:
     for pid in list(children):
         if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             continue
-        _kill_group(pid)  # grandchildren left behind by a finished child
+        kill_group(pid)  # grandchildren left behind by a finished child
         _, status = os.waitpid(pid, 0)
         _reply(replies, {"id": children.pop(pid), "status": os.waitstatus_to_exitcode(status)})
 

@@ -206,7 +206,7 @@ def open_worker_file(path: Path) -> BinaryIO | None:
     return os.fdopen(fd, "rb")
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
@@ -309,10 +309,10 @@ def run_sandboxed(
             waited = (_wait_without_reaping(proc.pid, deadline) if watchdog is None
                       else _wait_without_reaping(proc.pid, deadline, watchdog))
         except BaseException:  # KeyboardInterrupt above all: never leave the group running
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             _reap(proc)
             raise
-        _kill_group(proc.pid)  # also takes grandchildren left behind by a finished child
+        kill_group(proc.pid)  # also takes grandchildren left behind by a finished child
         status = _reap(proc)
         wall = time.monotonic() - start
         stdout, stderr = read_tail(out), read_tail(err)
