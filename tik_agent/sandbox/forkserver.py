@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tik_agent.sandbox.process import (
-    REAP_GRACE_SECONDSECONDS, STDERR_NAME, STDOUT_NAME, WATCHDOG_POLL_SECONDS, SandboxLimits, SandboxResult, child_setup,
+    REAP_GRACE_SECONDS, STDERR_NAME, STDOUT_NAME, WATCHDOG_POLL_SECONDS, SandboxLimits, SandboxResult, child_setup,
     kill_group, read_tail, scrubbed_environment,
 )
 
