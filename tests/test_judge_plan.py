@@ -186,12 +186,12 @@ def test_watchdog_kills_the_child_and_says_why(tmp_path):
 
 
 def test_phase_limits_follow_the_seed_and_the_machine_load():
-    from tik_agent.judge.evaluate import _phase_limits
+    from tik_agent.judge.phases import phase_limits as _phase_limits
     from tik_agent.judge.options import EvalOptions, Reference
 
     ref = Reference({}, {}, "", [], {"load": 2.0, "parity": 20.0})
     quiet = _phase_limits(EvalOptions(), ref, {"load": 2.0, "parity": 3.0, "digests": 30.0}, 2)
-    assert quiet == {"load": 60.0, "parity": 115.0, "timing": 300.0, "recheck": 150.0}
+    assert quiet == {"load": 60.0, "parity": 115.0, "survey": 300.0, "timing": 300.0, "recheck": 150.0}
     loaded = _phase_limits(EvalOptions(), ref, {"load": 6.0, "parity": 3.0, "digests": 30.0}, 2)
     assert loaded["parity"] == 5 * (20.0 * 3 + 3.0)  # start-up 3x slower than when the reference was made
     assert _phase_limits(EvalOptions(timeout_s=30), ref, {}, 2) == {}  # --timeout: one fixed limit instead

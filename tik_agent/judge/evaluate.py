@@ -17,7 +17,9 @@ Order of events, each a wall against a way evaluators get fooled:
    then it waits at a gate while the trusted side judges those outputs against
    the seed's (:mod:`tik_agent.judge.gate`): a candidate that fails stops
    there with that failure as its verdict, whatever its worker does next; one
-   that passes goes on to interleaved timing against the seed (and the
+   that passes goes on to the configuration survey and its boundary cases
+   (:mod:`tik_agent.judge.configs`, judged after the worker exits against a
+   seed worker of their own), then to interleaved timing against the seed (and the
    parent), every call of the candidate digested, then a re-check per cell; on
    cuda then the graph phase (:mod:`tik_agent.sandbox.graphs`), whose replays
    decide the speedup;
@@ -40,12 +42,13 @@ from pathlib import Path
 
 from tik_agent.backends.graph_timer import MIN_SAMPLES
 from tik_agent.bits import digest
+from tik_agent.judge.config_cases import judge_configurations, survey_request
 from tik_agent.judge.gate import Gate
 from tik_agent.judge.graphcheck import judge_graph
 from tik_agent.judge.literals import batch_sizes_around, compared_literals, untestable_literal
 from tik_agent.judge.offsets import narrow_offsets, needs_wide_offsets
 from tik_agent.judge import phases
-from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, derived_limit
+from tik_agent.judge.phases import UNMEASURED_S, PhaseWatch, phase_limits
 from tik_agent.judge.plan import draw_plan, per_evaluation_cases
 from tik_agent.judge.stream import ParityStream
 from tik_agent.judge.timedcheck import judge_timed_calls
@@ -126,7 +129,7 @@ def _run_seed(spec: KernelSpec, options: EvalOptions, cases: list[Case], digests
                 raise SpecError(f"{spec.source}: the seed fails its own checks on {options.device}: {message}")
             log.warning("the seed fails its own checks on a drawn case, which is skipped: %s", message)
         seconds = dict(watch.durations)
-        if box.forked:  # a warm fork's start says nothing of the machine: no basis for _phase_limits
+        if box.forked:  # a warm fork's start says nothing of the machine: no basis for phase_limits
             seconds.pop("load", None)
         return outputs, result, seconds
     finally:
@@ -184,6 +187,7 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
                      graph_rounds=graph_rounds) if options.timing else None
     digests = plan.candidate_seeds() if plan else None
     lenient = frozenset(c.id for c in extras)
+    survey = survey_request(spec, options)
     box = WorkerBox(spec, options.keep_workdir)
     watch = box.watch({}, f"{phases.FACTOR:g}x the seed's time for it, at least {phases.FLOOR_S:g} s")
     gate = Gate(box.dir / GATE_FILE, box.dir / PROGRESS_FILE)
@@ -206,6 +210,8 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             extra["parent_kernel"] = box.add("parent_kernel.py", parent)
         if plan is not None:
             extra["timing"] = dict(plan.to_request(), gate=GATE_FILE, ceilings=options.ceilings)
+        if survey is not None:
+            extra["survey"] = survey
         # The seed's worker runs beside the candidate's parity phase; the candidate
         # waits at the gate before timing, so nothing else of ours runs while it is timed.
         seed_side.start()
@@ -241,6 +247,11 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
                 verdict.reason = f"{case}: {verdict.reason}" if case else verdict.reason
         if verdict is None:
             cases, expected = _expected(reference, extras, extra_outputs)
+            if survey is not None:
+                verdict = judge_configurations(spec, survey, result, cases, expected,
+                                               lambda new: _run_seed(spec, options, new, lenient=frozenset(
+                                                   c.id for c in new))[0])
+        if verdict is None:
             verdict = _judge_left(spec, options.device, box, box.dir / kernel, cases, expected, result)
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
                 # No timing at all (a worker told to stop, or one that lied) fails here as 0 calls reported.
@@ -355,7 +366,7 @@ class _SeedSide:
             times = {k: v for k, v in times.items() if k != "parity"}  # already the reference's
         else:
             outputs, result, times = _run_seed(spec, options, extras, digests, lenient, self.graph, self._watching)
-        self.watch.limits.update(_phase_limits(options, reference, times, self.kernels, self.graph))
+        self.watch.limits.update(phase_limits(options, reference, times, self.kernels, self.graph))
         return reference, outputs, result
 
     def join(self, raise_errors: bool = True) -> tuple:
@@ -364,33 +375,3 @@ class _SeedSide:
         if raise_errors and self.error is not None:
             raise self.error
         return self.value
-
-
-def _phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int,
-                  graph: dict | None = None) -> dict[str, float]:
-    """Per-phase limits for the candidate's worker; none when ``--timeout`` fixes one."""
-    if options.timeout_s is not None:
-        return {}
-    fixed = reference.phase_seconds
-    parity = fixed.get("parity")
-    # A cached reference may have been timed on a quieter machine: start-up (the
-    # load phase) of this evaluation's seed worker against the reference's says
-    # how much slower the machine is now.  A seed's worker forked from the warm
-    # server records no load (its start measures nothing of the machine): then
-    # there is no factor, and the load limit is the floor.
-    then, now = fixed.get("load"), seed_times.get("load")
-    slower = max(1.0, now / then) if then and now else 1.0
-    limits = {"load": derived_limit(max(filter(None, (then, now)), default=0.0)),
-              "parity": derived_limit(None if parity is None else parity * slower + seed_times.get("parity", 0.0))}
-    if options.timing:
-        digests = seed_times.get("digests")
-        limits["timing"] = derived_limit(None if digests is None else digests * kernels)
-        limits["recheck"] = derived_limit(digests)
-    if graph:
-        # The seed's worker ran each cell's digested rounds (two calls per slot); the candidate's
-        # captures and replays every kernel once per round, plus the eager overhead calls.
-        seed_graphs = seed_times.get("graphs")
-        rounds = max(len(g["fill"]) for g in graph.values())
-        checked = max(1, min(len(g["checked"]) for g in graph.values()))
-        limits["graphs"] = derived_limit(None if seed_graphs is None else seed_graphs * kernels * (rounds + 4) / checked)
-    return limits

@@ -35,6 +35,9 @@ class EvalOptions:
     # With a reference, judge each fixed case as the candidate's worker finishes it and stop
     # the worker at the first that fails (tik_agent.judge.stream); False runs every case first.
     early_stop: bool = True
+    # Survey the candidate's launcher over every size of the declared domain and judge
+    # each change of its launch (tik_agent.judge.configs); specs without a domain have none.
+    survey: bool = True
 
     @property
     def graph_phase(self) -> bool:

@@ -1,6 +1,6 @@
 """A wall-clock limit per worker phase, derived from the seed's own times.
 
-The worker writes its phase (load, parity, digests, waiting, timing, recheck, graphs) into a
+The worker writes its phase (load, parity, digests, waiting, survey, timing, recheck, graphs) into a
 small ``progress`` file in its sandbox directory; :class:`PhaseWatch` is the
 parent's watchdog over it (polled by
 :func:`tik_agent.sandbox.process.run_sandboxed`).  The file is the candidate's
@@ -28,8 +28,12 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-PHASES = ("load", "parity", "digests", "waiting", "timing", "recheck", "graphs")
+if TYPE_CHECKING:
+    from tik_agent.judge.options import EvalOptions, Reference
+
+PHASES = ("load", "parity", "digests", "waiting", "survey", "timing", "recheck", "graphs")
 FLOOR_S = 60.0
 FACTOR = 5.0
 # Without a measurement (an old cached reference): the former flat default.
@@ -116,3 +120,40 @@ class PhaseWatch:
         now = time.monotonic()
         self._advance(now)
         self.durations.setdefault(self.phase, now - self.started[self.phase])
+
+
+# The survey phase's limit is derived from this as if it were the seed's time (5x: 300 s): the
+# seed's worker surveys nothing.  Measured at 5-15 s for the bundled seeds' launchers and their
+# boundary cases on the CPU (tik_agent.judge.configs).
+SURVEY_BASIS_S = 60.0
+
+
+def phase_limits(options: EvalOptions, reference: Reference, seed_times: dict, kernels: int,
+                  graph: dict | None = None) -> dict[str, float]:
+    """Per-phase limits for the candidate's worker; none when ``--timeout`` fixes one."""
+    if options.timeout_s is not None:
+        return {}
+    fixed = reference.phase_seconds
+    parity = fixed.get("parity")
+    # A cached reference may have been timed on a quieter machine: start-up (the
+    # load phase) of this evaluation's seed worker against the reference's says
+    # how much slower the machine is now.  A seed's worker forked from the warm
+    # server records no load (its start measures nothing of the machine): then
+    # there is no factor, and the load limit is the floor.
+    then, now = fixed.get("load"), seed_times.get("load")
+    slower = max(1.0, now / then) if then and now else 1.0
+    limits = {"load": derived_limit(max(filter(None, (then, now)), default=0.0)),
+              "parity": derived_limit(None if parity is None else parity * slower + seed_times.get("parity", 0.0))}
+    limits["survey"] = derived_limit(SURVEY_BASIS_S)
+    if options.timing:
+        digests = seed_times.get("digests")
+        limits["timing"] = derived_limit(None if digests is None else digests * kernels)
+        limits["recheck"] = derived_limit(digests)
+    if graph:
+        # The seed's worker ran each cell's digested rounds (two calls per slot); the candidate's
+        # captures and replays every kernel once per round, plus the eager overhead calls.
+        seed_graphs = seed_times.get("graphs")
+        rounds = max(len(g["fill"]) for g in graph.values())
+        checked = max(1, min(len(g["checked"]) for g in graph.values()))
+        limits["graphs"] = derived_limit(None if seed_graphs is None else seed_graphs * kernels * (rounds + 4) / checked)
+    return limits

@@ -3,6 +3,17 @@
 Installed by the harness (never by candidate code) before a kernel file is
 loaded.  The evaluator uses it to prove that a Triton kernel really ran and
 that it came from the candidate's own file, not from the seed or a library.
+
+Two more duties of the same wrapper:
+
+* :func:`surveying`: record every launch's kernel, arguments and grid, and
+  hand Triton an empty grid, so that no program runs (the configuration
+  survey, :mod:`tik_agent.sandbox.survey`).  Everything else of the launch is
+  Triton's own: its argument handling, the grid callable's ``meta``, and on a
+  GPU the compile; Triton's launcher starts no program for an empty grid.
+* :func:`judged`: a launch that raised inside a judged call fails the call,
+  even when the launcher caught the exception (a survey runs no program, so a
+  kernel body that fails on purpose must not tell the two apart).
 """
 
 from __future__ import annotations
@@ -23,9 +34,26 @@ class _Registry:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.installed = False
+        self.params: dict = {}  # kernel function -> (parameter names, constexpr names)
+        self.origins: dict = {}  # code object -> resolved defining file
+        self.argspecs: dict = {}  # kernel function -> the interpreter's (names, constexprs)
+
+
+class _Local(threading.local):
+    survey: list | None = None   # the launches recorded while surveying, or None
+    raised: list[str]            # launches that raised on this thread
+
+    def __init__(self) -> None:
+        self.raised = []
 
 
 _REGISTRY = _Registry()
+_LOCAL = _Local()
+_INTERPRETED: list = []  # (InterpretedFunction, its argument conversion), once installed
+
+
+class LaunchCaughtError(RuntimeError):
+    """A kernel launch raised inside a judged call, and the entry returned anyway."""
 
 
 def install() -> None:
@@ -41,6 +69,13 @@ def install() -> None:
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
+        try:
+            from triton.runtime.interpreter import _implicit_cvt
+            from triton.runtime.jit import _normalize_ty
+
+            _INTERPRETED[:] = [InterpretedFunction, _implicit_cvt, _normalize_ty]
+        except ImportError:  # another Triton: a survey goes through the executor with an empty grid
+            pass
     except ImportError:  # pragma: no cover - the interpreter ships with triton 3.x
         pass
     for cls in classes:
@@ -52,21 +87,57 @@ def _wrap(cls) -> None:
     original = cls.run
 
     def run(self, *args, **kwargs):
-        if not kwargs.get("warmup", False):
-            code = getattr(getattr(self, "fn", None), "__code__", None)
-            origin = str(Path(code.co_filename).resolve()) if code is not None else "<unknown>"
+        survey = _LOCAL.survey
+        if not kwargs.get("warmup", False) and survey is None:
+            origin = _origin(self)
             with _REGISTRY.lock:
                 _REGISTRY.counts[origin] += 1
         _refuse_tensor_constexprs(self, args, kwargs)
         grid = kwargs.get("grid")
         if callable(grid):
-            kwargs["grid"] = _checked_grid(grid)
+            grid = _checked_grid(grid)
+        if survey is not None and not kwargs.get("warmup", False):
+            if _INTERPRETED and isinstance(self, _INTERPRETED[0]):
+                return _survey_interpreted(self, grid, args, kwargs, survey)
+            grid = _recorded_grid(self, grid, args, kwargs, survey)
+        kwargs["grid"] = grid
         # The launch copies tensors to and from host buffers with aten ops (under
         # the interpreter): exempt from the host-ops mode while it runs.
-        with hostops.exempt():
-            return original(self, *args, **kwargs)
+        try:
+            with hostops.exempt():
+                return original(self, *args, **kwargs)
+        except BaseException as exc:
+            _LOCAL.raised.append(f"{getattr(self, '__name__', 'a kernel')}: {type(exc).__name__}")
+            raise
 
     cls.run = run
+
+
+def _origin(kernel) -> str:
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    if code is None:
+        return "<unknown>"
+    origin = _REGISTRY.origins.get(code)
+    if origin is None:
+        origin = _REGISTRY.origins[code] = str(Path(code.co_filename).resolve())
+    return origin
+
+
+def params(kernel) -> tuple[list[str], frozenset[str]] | None:
+    """The kernel function's parameter names and which of them are constexprs (cached)."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return None
+    found = _REGISTRY.params.get(fn)
+    if found is None:
+        try:
+            names = list(inspect.signature(fn).parameters)
+            annotations = inspect.get_annotations(fn)
+        except (TypeError, ValueError):  # not a plain function: nothing the interpreter would hand over
+            return None
+        found = names, frozenset(name for name, ty in annotations.items() if "constexpr" in str(ty))
+        _REGISTRY.params[fn] = found
+    return found
 
 
 def _refuse_tensor_constexprs(kernel, args, kwargs) -> None:
@@ -75,15 +146,10 @@ def _refuse_tensor_constexprs(kernel, args, kwargs) -> None:
     would be computed on in torch unseen.  Refused before the launch starts."""
     import torch
 
-    fn = getattr(kernel, "fn", None)
-    if fn is None:
+    found = params(kernel)
+    if found is None:
         return
-    try:
-        names = list(inspect.signature(fn).parameters)
-        annotations = inspect.get_annotations(fn)
-    except (TypeError, ValueError):  # not a plain function: nothing the interpreter would hand over
-        return
-    constexprs = {name for name, ty in annotations.items() if "constexpr" in str(ty)}
+    names, constexprs = found
     passed = {**dict(zip(names, args)), **kwargs}
     for name in constexprs & set(passed):
         if _holds_tensor(passed[name], torch.Tensor):
@@ -109,6 +175,72 @@ def _checked_grid(grid):
             return grid(meta)
 
     return call
+
+
+def _recorded_grid(kernel, grid, args, kwargs, survey: list):
+    """A grid that records the launch with the grid Triton computed, then starts no program.
+    Triton evaluates it exactly as it would the launcher's own (same ``meta``)."""
+
+    def empty(meta):
+        value = grid(meta) if callable(grid) else grid
+        survey.append({"kernel": kernel, "args": args, "kwargs": kwargs, "grid": value})
+        return (0, 0, 0)
+
+    return empty
+
+
+def _survey_interpreted(kernel, grid, args, kwargs, survey: list) -> None:
+    """The interpreter's launch up to its grid, as Triton's executor does it (the same
+    ``meta``: arguments bound by name, the ones that are not constexprs converted to
+    pointers), then no program.  Triton's executor would also copy every argument's
+    storage onto itself, which touches every page of an input nobody wrote."""
+    _, convert, normalize = _INTERPRETED
+    fn = kernel.fn
+    spec = _REGISTRY.argspecs.get(fn)
+    if spec is None:
+        full = inspect.getfullargspec(fn)
+        annotations = {name: normalize(ty) for name, ty in inspect.get_annotations(fn).items()}
+        spec = _REGISTRY.argspecs[fn] = (set(full.args) | set(full.kwonlyargs),
+                                         {name for name, ty in annotations.items() if ty == "constexpr"})
+    names, constexprs = spec
+    value = grid
+    if callable(grid):  # only a grid callable sees the arguments as Triton hands them over
+        passed = {k: v for k, v in kwargs.items() if k in names}
+        with hostops.exempt():  # the conversion reads pointers, as the launch itself does
+            bound = inspect.getcallargs(fn, *args, **passed)
+            meta = {name: v if name in constexprs else convert(v) for name, v in bound.items()}
+        value = grid(meta)
+    assert len(value) <= 3, "grid must have at most 3 dimensions"  # Triton's own check, as it words it
+    survey.append({"kernel": kernel, "args": args, "kwargs": kwargs, "grid": value})
+
+
+@contextmanager
+def surveying():
+    """Yield a list that collects every launch made inside the block (kernel, args,
+    kwargs, grid as Triton computed it); no kernel program runs."""
+    if _LOCAL.survey is not None:
+        raise RuntimeError("surveying() does not nest")
+    found: list = []
+    _LOCAL.survey = found
+    try:
+        yield found
+    finally:
+        _LOCAL.survey = None
+
+
+@contextmanager
+def judged():
+    """Around a judged call: a launch that raised inside it fails the call, even when
+    the candidate's code caught the exception and returned."""
+    before = len(_LOCAL.raised)
+    try:
+        yield
+    finally:
+        caught = _LOCAL.raised[before:]
+        del _LOCAL.raised[before:]
+    if caught:
+        raise LaunchCaughtError(f"a kernel launch raised inside the entry, which went on ({caught[0]}): "
+                                "a launch's failure is the call's")
 
 
 @contextmanager

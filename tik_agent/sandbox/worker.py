@@ -14,7 +14,9 @@ Modes:
   outputs of the digested rounds (:func:`tik_agent.sandbox.graphs.reference`).
 * ``candidate``: load the candidate, run every parity case *before* the seed
   is loaded (the seed's outputs never exist in this process, so freed memory
-  cannot hand them to the candidate), save the outputs; then, when timing is
+  cannot hand them to the candidate), save the outputs; with a ``survey``
+  plan, after the gate, the configuration survey and a parity case on both
+  sides of each change it finds (:mod:`tik_agent.judge.configs`); then, when timing is
   requested, load the seed (and the parent) and time them side by side with
   the candidate in interleaved rounds, keeping a digest of the candidate's
   output of every call (:mod:`tik_agent.sandbox.timed`); with a ``graph``
@@ -183,11 +185,27 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         progress(PHASE_GRAPHS)
         result["graph"] = reference(spec, device, entry, request["graph"])
     timing = request.get("timing")
+    gate = {"proceed": True, "graph_calls": {}}
     if timing:
         try:
             gate = _wait_at_gate(workdir, timing, progress)
-            if gate["proceed"] is not True:  # parity failed: the verdict is given, timing would be thrown away
-                return
+        except Exception as exc:
+            result.update(status=_classify(exc), case="timing",
+                          error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            return
+        if gate["proceed"] is not True:  # parity failed: the verdict is given, timing would be thrown away
+            return
+    if request.get("survey"):
+        progress("survey")
+        try:
+            if not _survey(request["survey"], spec, entry, runner, outputs, workdir, result):
+                return  # refused: timing would be thrown away
+        except Exception as exc:
+            result.update(status=_classify(exc), case="survey",
+                          error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            return
+    if timing:
+        try:
             kernels = {"candidate": entry, "seed": load_entry(workdir / request["seed_kernel"], spec, "baseline")}
             if request.get("parent_kernel"):
                 kernels["parent"] = load_entry(workdir / request["parent_kernel"], spec, "parent")
@@ -204,6 +222,27 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, result: dict) -> bool:
+    """The configuration survey (:mod:`tik_agent.sandbox.survey`), then a parity case on both
+    sides of every change it found; False when the analysis refuses the launcher."""
+    from tik_agent.judge import configs
+    from tik_agent.sandbox.survey import run_survey
+    from tik_agent.spec.cases import Case
+
+    record = run_survey(spec, entry, plan["axes"])
+    result["survey"] = record
+    found = configs.findings(plan["axes"], record)
+    if found.refusal is not None:
+        return False
+    for case in configs.boundary_cases(spec, plan["axes"], found, plan["seed"]):
+        if case.id in outputs["cases"]:
+            continue
+        (workdir / CASE_FILE).write_text(case.id)
+        outputs["cases"][case.id] = runner.run_case(Case.from_dict(case.to_dict())).to_payload()
+    _save(outputs, workdir)
+    return True
 
 
 def _save(outputs: dict, workdir: Path, name: str = OUTPUTS_FILE) -> None:

@@ -1,0 +1,204 @@
+"""The configuration survey's parts: the analysis on made-up records (tik_agent.judge.configs),
+the record-only launches (tik_agent.sandbox.launches.surveying), and the survey of a real
+launcher (tik_agent.sandbox.survey).  The whole evaluation is
+tests/test_adversarial_configs.py."""
+
+import random
+
+import pytest
+
+from tik_agent.judge import configs
+from tik_agent.judge.config_cases import judge_configurations
+from tik_agent.outcomes import Outcome
+
+
+def _axis(dim="M", low=1, exhaustive=200, high=200, beyond=()):
+    return {"dim": dim, "m": 16, "dims": {"N": 64}, "dtype": "float32", "device": "cpu",
+            "values": list(range(low, exhaustive + 1)) + list(beyond), "exhaustive": exhaustive, "high": high,
+            "top": max([exhaustive, *beyond])}
+
+
+def _lookup(numbers, structure=lambda v: "k"):
+    return lambda v: (structure(v), tuple(numbers(v)))
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _pow2(v):
+    return 1 << (v - 1).bit_length()
+
+
+@pytest.mark.parametrize("numbers", [
+    lambda v: (v, 64, v * 64),             # sizes and strides: affine, no switch
+    lambda v: (7, 1024),                   # constants
+])
+def test_affine_and_constant_numbers_are_no_switch(numbers):
+    assert configs.analyse(_axis(), _lookup(numbers)).boundaries == []
+
+
+@pytest.mark.parametrize("numbers, first", [
+    (lambda v: (_cdiv(v, 16),), 17),            # a cdiv grid: evenly spaced, the same step
+    (lambda v: (_pow2(v),), 2),                 # a next_power_of_2 block: doubling
+    (lambda v: (min(8, max(1, _pow2(v) // 16)),), 17),  # num_warps from the block, clamped
+])
+def test_a_regular_run_is_judged_at_its_first_change(numbers, first):
+    found = configs.analyse(_axis(), _lookup(numbers))
+    assert [b.value for b in found.boundaries] == [first]
+
+
+def test_a_threshold_and_a_changed_kernel_are_judged_where_they_change():
+    found = configs.analyse(_axis(), _lookup(lambda v: (1024 if v < 77 else 512,),
+                                             structure=lambda v: "a" if v < 150 else "b"))
+    assert sorted(b.value for b in found.boundaries) == [77, 150]
+
+
+def test_a_sparse_switch_is_refused_not_judged_size_by_size():
+    found = configs.findings([_axis()], _record(_axis(), lambda v: (64 if v % 13 == 5 else 1024,)))
+    assert found.refusal and "follow no rule" in found.refusal and "more than the 12" in found.refusal
+    assert found.boundaries == []
+
+
+def test_past_the_exhaustive_range_a_run_is_predicted_and_a_change_located():
+    beyond = (300, 511, 512, 513, 900, 1000)
+    grid = _lookup(lambda v: (_cdiv(v, 16),))
+    assert configs.analyse(_axis(beyond=beyond, high=1000), grid).boundaries == [configs.Boundary("M", 17, "launch number 0 goes from 1 to 2")]
+    switched = _lookup(lambda v: (_cdiv(v, 16), 1024 if v < 700 else 512))
+    within = configs.analyse(_axis(beyond=beyond, high=1000), switched)
+    assert [b.value for b in within.boundaries] == [17, 700]   # located by bisection between 513 and 900
+    past = configs.analyse(_axis(beyond=beyond, high=200), switched)
+    assert past.refusal and "M = 700" in past.refusal and "beyond the largest M this device judges (200)" in past.refusal
+
+
+def _record(axis, numbers, drop=()):
+    values = [v for v in axis["values"] if v not in drop]
+    return {"structures": ["k"], "axes": [{"dim": axis["dim"], "points": [[v, 0, list(numbers(v))] for v in values]}]}
+
+
+def test_the_parent_refuses_a_record_that_lacks_a_size_it_needs():
+    axis = _axis(beyond=(300, 900), high=1000)
+    numbers = lambda v: (1 if v < 700 else 2,)  # noqa: E731
+    assert "did not report size" in configs.findings([axis], _record(axis, numbers)).refusal  # no bisection
+    assert "did not report size 150" in configs.findings([axis], _record(axis, numbers, drop=(150,))).refusal
+    assert "cannot be read" in configs.findings([axis], {"axes": "x"}).refusal
+
+
+def test_boundary_cases_lie_on_both_sides_in_the_surveys_dims(tmp_path):
+    from seedutil import small_rmsnorm
+    from tik_agent.spec.schema import load_spec
+
+    spec = load_spec(small_rmsnorm(tmp_path / "r"))
+    plan = configs.survey_plan(spec, "cpu", random.Random(0))
+    assert [a["dim"] for a in plan] == ["M", "N"] and plan[0]["exhaustive"] == 8193 and plan[1]["high"] == 8192
+    assert plan[0]["values"][-1] == 1048576 and len(plan[0]["values"]) > 8193
+    found = configs.Findings([configs.Boundary("M", 1000, ""), configs.Boundary("N", 3999, "")])
+    cases = configs.boundary_cases(spec, plan, found, 5)
+    assert [(c.m, c.dims["N"]) for c in cases] == [(999, 256), (1000, 256), (16, 3998), (16, 3999)]
+    assert all(c.origin == "config" and c.runs_once for c in cases)
+    assert [c.id for c in cases] == [c.id for c in configs.boundary_cases(spec, plan, found, 5)]
+
+
+def test_the_parent_refuses_a_worker_that_reports_no_survey():
+    verdict = judge_configurations(None, {"axes": [], "seed": 0}, {"environment": {}}, [], {}, lambda new: {})
+    assert verdict.outcome is Outcome.INTEGRITY_FAILED and "no configuration survey" in verdict.reason
+
+
+# --- the record-only launches, under the interpreter ---------------------------------------
+
+KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fill(y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.full((BLOCK,), 7.0, tl.float32), mask=offs < n)
+
+
+SEEN = []
+
+
+def fill(y, block=16):
+    n = y.numel()
+    _fill[lambda meta: SEEN.append(type(meta["y_ptr"]).__name__) or (triton.cdiv(n, meta["BLOCK"]),)](
+        y, y.numel(), BLOCK=block, num_warps=4)
+    return y
+
+
+@triton.jit
+def _broken(y_ptr):
+    tl.store(y_ptr + tl.arange(0, 3), 1.0)  # a block of 3: the interpreter refuses it
+
+
+def swallowing(y):
+    try:
+        _broken[(1,)](y)
+    except Exception:
+        pass
+    return y
+'''
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    from tik_agent.sandbox import launches
+    from tik_agent.sandbox.harness import load_kernel
+
+    launches.install()
+    path = tmp_path_factory.mktemp("k") / "k.py"
+    path.write_text(KERNEL)
+    return load_kernel(path, "t")
+
+
+def test_a_survey_records_the_launch_and_runs_no_program(kernel):
+    import torch
+
+    from tik_agent.sandbox import launches
+    from tik_agent.sandbox.survey import describe
+
+    y = torch.zeros(40)
+    with launches.recording() as counted, launches.surveying() as found:
+        kernel.fill(y)
+    assert torch.count_nonzero(y) == 0 and not counted   # nothing ran, nothing counted as run
+    structure, numbers = describe(found[0])
+    assert numbers == [40, 16, 4, 3]                      # n, BLOCK, num_warps, the grid Triton computed
+    assert ("constexpr BLOCK" in structure and ("y_ptr", "torch.float32", "cpu") in structure)
+    kernel.fill(y)                                        # the same launch for real
+    assert torch.all(y == 7.0)
+    assert kernel.SEEN[0] == kernel.SEEN[1]               # the grid callable saw the same meta both times
+
+
+def test_a_launch_that_raised_fails_the_judged_call_even_when_caught(kernel):
+    import torch
+
+    from tik_agent.sandbox import launches
+
+    with pytest.raises(launches.LaunchCaughtError, match="_broken"):
+        with launches.judged():
+            kernel.swallowing(torch.zeros(4))
+    with launches.judged():           # negative control: a call whose launches all ran
+        kernel.fill(torch.zeros(4))
+
+
+def test_the_survey_of_the_rmsnorm_seed_finds_its_regular_grid():
+    """The real launcher, forward and backward, over every batch size up to 300: the
+    backward's grid of 16-row programs (cdiv(M, 16)) is the one change, judged at its
+    first step."""
+    from pathlib import Path
+
+    from tik_agent.sandbox import launches
+    from tik_agent.sandbox.harness import load_entry
+    from tik_agent.sandbox.survey import run_survey
+    from tik_agent.spec.schema import load_spec
+
+    launches.install()
+    spec = load_spec(Path(__file__).parents[1] / "seed_kernels" / "rmsnorm")
+    assert spec.backward is not None
+    axis = dict(configs.survey_plan(spec, "cpu", random.Random(0))[0], values=list(range(1, 301)), exhaustive=300,
+                high=300)
+    record = run_survey(spec, load_entry(spec.source, spec, "seed"), [axis])
+    found = configs.findings([axis], record)
+    assert found.refusal is None and [b.value for b in found.boundaries] == [17]

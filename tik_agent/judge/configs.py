@@ -1,0 +1,340 @@
+"""Configuration coverage: every size the launcher treats differently is judged at its edge.
+
+A launcher picks its launch from the sizes it is called with: a grid, block
+sizes, a kernel, options.  A switch taken only at sizes the grid never draws (a
+sparse one such as ``M % 13 == 5``, or one above every case) escapes parity.
+So the candidate's launcher runs in a *survey* (:mod:`tik_agent.sandbox.survey`):
+over every batch size up to the largest this device judges, every size of each
+other dimension up to :data:`EXHAUSTIVE`, and sizes drawn from the evaluation's
+secret beyond, up to the domain's ends, each launch recorded and none run.
+
+Where the launch changes along an axis, the sizes on both sides of the change
+are judged as parity cases (``origin="config"``).  Changes that follow a rule
+count once: a number that grows by the same step at evenly spaced sizes (a grid
+of ``cdiv(M, BLOCK_M)`` programs) or doubles at doubling sizes (a
+``next_power_of_2`` block) is judged at the first change of its run (the later
+ones are the same change again, and the kernel body's own use of the number is
+for the static rules); a
+number that is an affine function of the size (``M``, a stride) changes
+everywhere and is no switch.  Every other change is judged where it happens.
+
+Refused (``integrity_failed``, naming the axis and the size):
+* more changes than :data:`BOUNDARY_BUDGET` (a launcher whose configuration
+  follows no rule cannot be judged size by size);
+* a change beyond the largest size this device judges (the batch's literal
+  limit, a dimension's ``cpu`` bound): nothing here could judge it, as a batch
+  literal beyond it is a static rejection;
+* a change between two sampled sizes that the survey did not locate.
+
+The analysis is one function of the survey's record, run twice: in the worker,
+whose ``probe`` surveys the sizes a bisection needs, and in the parent over what
+the worker reported, where a size it needs and does not find is a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from tik_agent.spec.cases import MAX_BATCH, Case
+from tik_agent.spec.fields import BATCH_DIM
+from tik_agent.spec.schema import KernelSpec
+
+EXHAUSTIVE = 8193     # every size up to this (or the axis's judged end, if lower) is surveyed
+SAMPLES = 40          # sizes drawn per axis beyond it, log-uniform up to the domain's end
+BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
+RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
+BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
+SURVEY_ROWS = 16      # the batch of a survey along another dimension, and of its judged cases
+
+SKIPPED = "skipped"   # the structure of a size whose inputs passed the byte cap (not called)
+
+Lookup = Callable[[int], "tuple[str, tuple[int, ...]] | None"]
+
+
+class Unlocated(Exception):
+    """The record lacks a size the analysis needs."""
+
+
+@dataclass(frozen=True)
+class Boundary:
+    dim: str
+    value: int   # the first size of the new configuration
+    why: str
+
+
+@dataclass
+class Findings:
+    boundaries: list[Boundary] = field(default_factory=list)
+    refusal: str | None = None
+
+
+def surveyed(spec: KernelSpec) -> bool:
+    """Specs whose launcher is surveyed: a declared domain, the rows layout."""
+    return spec.layout == "rows" and spec.domain is not None and spec.domain.declared
+
+
+def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]:
+    """The axes of the survey: one per dimension of the domain (the batch first)."""
+    from tik_agent.spec.domain_cases import _dtype
+
+    base = {name: int(values[0]) for name, values in spec.dims.items()}
+    dtype = _dtype(spec)
+    axes = []
+    for name, span in sorted(spec.domain.dims.items(), key=lambda kv: kv[0] != BATCH_DIM):
+        if span.values:  # a list of values: the edge cases judge each one
+            continue
+        low, top = int(span.low), int(span.high)
+        high = min(int(span.judged_high(device)), MAX_BATCH.get(device, MAX_BATCH["cuda"])) \
+            if name == BATCH_DIM else int(span.judged_high(device))
+        exhaustive = min(high, EXHAUSTIVE)
+        values = list(range(low, exhaustive + 1)) + _beyond(exhaustive, top, rng)
+        axes.append({"dim": name, "m": SURVEY_ROWS, "dims": base, "dtype": dtype, "values": values,
+                     "exhaustive": exhaustive, "high": high, "top": top, "device": device})
+    return axes
+
+
+def _beyond(start: int, top: int, rng: random.Random) -> list[int]:
+    """Sizes past the exhaustive range: every power of two and its neighbours, the end,
+    and :data:`SAMPLES` drawn log-uniform."""
+    if top <= start:
+        return []
+    out = {top}
+    for k in range(start.bit_length() - 1, top.bit_length()):
+        out.update(v for v in ((1 << k) - 1, 1 << k, (1 << k) + 1) if start < v <= top)
+    for _ in range(SAMPLES):
+        out.add(min(top, max(start + 1, int(math.exp(rng.uniform(math.log(start + 1), math.log(top + 1)))))))
+    return sorted(out)
+
+
+def point_of(axis: Mapping, value: int) -> tuple[int, dict]:
+    """(batch, dims) of the survey call at ``value`` along ``axis``."""
+    if axis["dim"] == BATCH_DIM:
+        return value, dict(axis["dims"])
+    return int(axis["m"]), {**axis["dims"], axis["dim"]: value}
+
+
+def analyse(axis: Mapping, lookup: Lookup) -> Findings:
+    """Where the launch changes along ``axis``: the boundaries to judge, or a refusal."""
+    dim, high = axis["dim"], int(axis["high"])
+    values = sorted(axis["values"])
+    try:
+        exhaustive = [v for v in values if v <= axis["exhaustive"]]
+        found = _changes(dim, exhaustive, lookup)
+        if len({b.value for b in found}) > BOUNDARY_BUDGET:
+            return _too_many(found)
+        beyond = [v for v in values if v > axis["exhaustive"]]
+        if beyond and exhaustive:
+            found += _beyond_changes(dim, exhaustive, beyond, lookup)
+    except Unlocated as exc:
+        return Findings(refusal=f"{dim}: the survey did not report size {exc} (a change it had to locate)")
+    for b in found:
+        if b.value > high:
+            return Findings(refusal=f"the launch changes at {dim} = {b.value} ({b.why}), beyond the largest {dim} "
+                                    f"this device judges ({high})")
+    return Findings(boundaries=found)
+
+
+def _get(lookup: Lookup, v: int):
+    got = lookup(v)
+    if got is None:
+        raise Unlocated(v)
+    return got
+
+
+def _changes(dim: str, values: list[int], lookup: Lookup) -> list[Boundary]:
+    """Changes over consecutive sizes: of structure, and of each number that is not
+    affine in the size nor part of a regular run."""
+    out: list[Boundary] = []
+    segment: list[int] = []
+    for v in values:
+        point = _get(lookup, v)
+        if point[0] == SKIPPED:
+            continue
+        if segment and point[0] != _get(lookup, segment[-1])[0]:
+            out.append(Boundary(dim, v, "another kernel, argument kind or grid rank"))
+            out += _numeric(dim, segment, lookup)
+            segment = []
+        segment.append(v)
+    return out + _numeric(dim, segment, lookup)
+
+
+def _numeric(dim: str, segment: list[int], lookup: Lookup) -> list[Boundary]:
+    if len(segment) < 2:
+        return []
+    series = list(zip(*(_get(lookup, v)[1] for v in segment)))
+    out = []
+    for index, numbers in enumerate(series):
+        if _affine(segment, numbers):
+            continue
+        points = [(segment[i], numbers[i - 1], numbers[i]) for i in range(1, len(segment)) if numbers[i] != numbers[i - 1]]
+        for value, before, after in _irregular(points):
+            out.append(Boundary(dim, value, f"launch number {index} goes from {before} to {after}"))
+    return out
+
+
+def _affine(xs: list[int], ys: tuple[int, ...]) -> bool:
+    """Whether ``ys`` is an affine function of the consecutive sizes ``xs``: one step throughout."""
+    if len(xs) < 2:
+        return False
+    step = ys[1] - ys[0]
+    return all(b - a == step for a, b in zip(ys, ys[1:]))
+
+
+def _irregular(points: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Change points to judge: every one outside a regular run, and each run's first."""
+    out, i = [], 0
+    while i < len(points):
+        j = max(_run_end(points, i, _evenly), _run_end(points, i, _doubling))
+        if j - i + 1 >= RUN_MIN:
+            out.append(points[i])  # the run's first change: the later ones are the same change again
+            i = j + 1
+        else:
+            out.append(points[i])
+            i += 1
+    return out
+
+
+def _run_end(points, i: int, same: Callable) -> int:
+    """The last index of a run starting at ``i`` (``i`` itself when there is none)."""
+    j = i + 1
+    while j + 1 < len(points) and same(points[j - 1], points[j], points[j + 1]):
+        j += 1
+    return j if j - i + 1 >= RUN_MIN else i
+
+
+def _evenly(a, b, c) -> bool:
+    """Evenly spaced sizes, each adding the same step (a cdiv grid)."""
+    return b[0] - a[0] == c[0] - b[0] and b[2] - b[1] == c[2] - c[1] == a[2] - a[1]
+
+
+def _doubling(a, b, c) -> bool:
+    """Gaps that double, each change by the same factor (a power-of-two block)."""
+    ratio = (lambda p: p[2] / p[1] if p[1] else None)
+    return c[0] - b[0] == 2 * (b[0] - a[0]) and ratio(a) is not None and ratio(a) == ratio(b) == ratio(c)
+
+
+def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: Lookup) -> list[Boundary]:
+    """Past the exhaustive range: each sampled size must launch as the last configuration
+    predicts; the first that does not is located by bisection."""
+    predict = _predictor(exhaustive, lookup)
+    last = exhaustive[-1]
+    for v in beyond:
+        got = _get(lookup, v)
+        if got[0] == SKIPPED:
+            continue
+        if predict(v) != got:
+            lo, hi = last, v  # lo launches as predicted, hi does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                point = _get(lookup, mid)
+                if point[0] != SKIPPED and predict(mid) != point:
+                    hi = mid
+                else:
+                    lo = mid
+            return [Boundary(dim, hi, "the launch leaves the rule it followed up to "
+                                      f"{exhaustive[-1]}")]
+        last = v
+    return []
+
+
+def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
+    """The configuration the last segment's rules give at a larger size: affine numbers
+    extended, a run extended while it runs past the end, anything else held."""
+    end = _get(lookup, values[-1])
+    segment = [v for v in values if _get(lookup, v)[0] == end[0]]
+    segment = segment[next((i for i in range(len(segment) - 1, 0, -1)
+                            if segment[i] - segment[i - 1] != 1), 0):]
+    rules = []
+    for index, value in enumerate(end[1]):
+        ys = tuple(_get(lookup, v)[1][index] for v in segment)
+        if _affine(segment, ys):
+            rules.append(lambda x, y=ys[-1], s=ys[1] - ys[0], e=segment[-1]: y + s * (x - e))
+            continue
+        points = [(segment[i], ys[i - 1], ys[i]) for i in range(1, len(segment)) if ys[i] != ys[i - 1]]
+        rules.append(_continued(points, segment[-1], value))
+    return lambda x: (end[0], tuple(rule(x) for rule in rules))
+
+
+def _continued(points, end: int, value: int) -> Callable[[int], int]:
+    """A run that reaches the end goes on: its next change where its spacing puts it."""
+    if len(points) >= RUN_MIN:
+        a, b, c = points[-3:]
+        if _evenly(a, b, c) and c[0] + (c[0] - b[0]) > end:
+            gap, step = c[0] - b[0], c[2] - c[1]
+            return lambda x: value + step * ((x - c[0]) // gap) if x >= c[0] else value
+        if _doubling(a, b, c) and c[0] + 2 * (c[0] - b[0]) > end:
+            ratio = c[2] / c[1]
+
+            def doubled(x, start=c[0], gap=c[0] - b[0]):
+                out, nxt, g = value, start + 2 * gap, 2 * gap
+                while x >= nxt:
+                    out, g = out * ratio, g * 2
+                    nxt += g
+                return round(out)
+            return doubled
+    return lambda x: value
+
+
+def decode(record: Mapping) -> dict[str, dict[int, tuple]]:
+    """A worker's survey record as {dim: {size: (structure, numbers)}} (SKIPPED, ()) for
+    a size whose inputs passed the byte cap.  Raises ValueError on a malformed record."""
+    structures = [str(s) for s in record["structures"]]
+    out: dict[str, dict[int, tuple]] = {}
+    for axis in record["axes"]:
+        points: dict[int, tuple] = {}
+        for entry in axis["points"]:
+            v = int(entry[0])
+            points[v] = (SKIPPED, ()) if len(entry) == 1 else (structures[int(entry[1])],
+                                                                 tuple(int(n) for n in entry[2]))
+        out[str(axis["dim"])] = points
+    return out
+
+
+def findings(plan: list[dict], record: Mapping) -> Findings:
+    """The boundaries of every axis (or the first refusal), from a worker's record."""
+    try:
+        points = decode(record)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        return Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
+    out = Findings()
+    for axis in plan:
+        got = analyse(axis, points.get(axis["dim"], {}).get)
+        if got.refusal:
+            return got
+        out.boundaries += got.boundaries
+    unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
+    if len(unique) > BOUNDARY_BUDGET:
+        return _too_many(unique)
+    out.boundaries = unique
+    return out
+
+
+def _too_many(found: list[Boundary]) -> Findings:
+    unique = sorted({(b.dim, b.value): b for b in found}.values(), key=lambda b: (b.dim, b.value))
+    shown = ", ".join(f"{b.dim} = {b.value}" for b in unique[:6])
+    return Findings(refusal=f"the launch changes at {len(unique)} sizes that follow no rule ({shown}, ...): "
+                            f"more than the {BOUNDARY_BUDGET} an evaluation judges")
+
+
+def boundary_cases(spec: KernelSpec, plan: list[dict], found: Findings, seed: int) -> list[Case]:
+    """Parity cases on both sides of every boundary, in the survey's dtype and dims."""
+    axes = {a["dim"]: a for a in plan}
+    out: dict[str, Case] = {}
+    rng = random.Random(seed)
+    for b in found.boundaries:
+        axis = axes[b.dim]
+        for value in (b.value - 1, b.value):
+            if value < min(axis["values"]):
+                continue
+            m, dims = point_of(axis, value)
+            case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
+            out.setdefault(case.id, case)
+    return list(out.values())
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(record, separators=(",", ":"))

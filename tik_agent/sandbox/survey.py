@@ -1,0 +1,129 @@
+"""The configuration survey, worker side: the launcher at every size, no kernel run.
+
+For each axis of the plan (:mod:`tik_agent.judge.configs`) the entry is called
+on inputs of each size with every launch recorded and handed an empty grid
+(:func:`tik_agent.sandbox.launches.surveying`): the launcher's host code runs
+for real, under the host-ops mode like every judged call, Triton handles the
+arguments and evaluates the grid as it would (and on a GPU compiles), and no
+program runs.  The inputs are real tensors of the real sizes, dtypes and device,
+allocated and never written: a launcher cannot read an element (the host-ops
+mode refuses it), so it cannot tell a survey call from a judged one by its
+inputs.  On the CPU an allocation nobody writes takes address space, not memory.
+
+A launch is described as a *structure* (the kernel, each argument's kind and
+tensor dtype, the values that are not integers, the grid's rank, the options'
+names) and *numbers* (every integer argument, option and grid entry, in order).
+The analysis then asks for the sizes a bisection needs; the record holds every
+size surveyed, and the parent runs the same analysis on it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from tik_agent.judge import configs
+from tik_agent.sandbox import hostops, launches
+from tik_agent.spec.cases import Case
+from tik_agent.spec.schema import KernelSpec
+
+
+def describe(launch: dict) -> tuple[tuple, list[int]]:
+    """One recorded launch as (structure, numbers)."""
+    import torch
+
+    kernel = launch["kernel"]
+    fn = getattr(kernel, "fn", None)
+    names, constexprs = launches.params(kernel) or ([], frozenset())
+    bound = dict(zip(names, launch["args"]))
+    kwargs = launch["kwargs"]
+    bound.update((k, v) for k, v in kwargs.items() if k in names)
+    code = getattr(fn, "__code__", None)
+    structure: list = [(getattr(fn, "__qualname__", "?"), getattr(code, "co_firstlineno", 0))]
+    numbers: list[int] = []
+    options = sorted(k for k in kwargs if k not in names and k not in ("grid", "warmup"))
+    grid = launch["grid"]
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    labelled = [(("constexpr " if n in constexprs else "") + n, bound.get(n, _DEFAULT)) for n in names]
+    labelled += [(f"option {k}", kwargs[k]) for k in options] + [("grid", g) for g in grid]
+    for name, value in labelled:
+        kind = type(value)
+        if kind is int:
+            structure.append(name)
+            numbers.append(value)
+        elif isinstance(value, torch.Tensor):
+            structure.append((name, str(value.dtype), value.device.type))
+        elif value is _DEFAULT:
+            structure.append((name, "default"))
+        elif isinstance(value, int) and not isinstance(value, bool):  # an int subclass (an IntEnum)
+            structure.append(name)
+            numbers.append(int(value))
+        else:
+            structure.append((name, kind.__name__, repr(value)[:200]))
+    structure.append(("grid rank", len(grid)))
+    return tuple(structure), numbers
+
+
+_DEFAULT = object()  # a parameter the launch leaves at its default
+
+
+def _inputs(spec: KernelSpec, axis: dict, value: int) -> list | None:
+    import math
+
+    import torch
+
+    m, dims = configs.point_of(axis, value)
+    case = Case(m, dims, axis["dtype"], "normal", 0)
+    shapes = [(inp.resolve_shape(m, dims), getattr(torch, case.dtype_of(inp.name, inp.dtype)))
+              for inp in spec.checked_inputs]
+    size = sum(math.prod(shape) * dt.itemsize for shape, dt in shapes)
+    if size > configs.BYTE_CAP.get(axis["device"], configs.BYTE_CAP["cuda"]):
+        return None
+    return [torch.empty(shape, dtype=dt, device=axis["device"]) for shape, dt in shapes]
+
+
+def survey_call(spec: KernelSpec, entry: Callable, axis: dict, value: int) -> tuple[object, tuple[int, ...]]:
+    """The launches of one call at ``value`` along ``axis``."""
+    inputs = _inputs(spec, axis, value)
+    if inputs is None:
+        return configs.SKIPPED, ()
+    try:
+        with launches.surveying() as found, hostops.watching():
+            entry(*inputs, **spec.kwargs)
+    except hostops.HostComputeError:
+        raise  # a judged call would fail the same way: the worker's verdict
+    except Exception as exc:  # a launcher that refuses this size: part of its configuration
+        return ("raised", type(exc).__name__), ()
+    finally:
+        del inputs
+    described = [describe(launch) for launch in found]
+    return tuple(s for s, _ in described), tuple(n for _, ns in described for n in ns)
+
+
+def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict]) -> dict:
+    """Every size of every axis of ``plan``, and those the analysis asks for: the record."""
+    import time
+
+    start = time.perf_counter()
+    structures: dict[str, int] = {}
+    axes = []
+    for axis in plan:
+        seen: dict[int, tuple] = {}
+
+        def probe(value: int, axis=axis, seen=seen) -> tuple:
+            if value not in seen:
+                seen[value] = survey_call(spec, entry, axis, value)
+            return seen[value]
+
+        for value in axis["values"]:
+            probe(value)
+        configs.analyse(axis, probe)  # asks for the sizes its bisections need
+        points = []
+        for value, (structure, numbers) in sorted(seen.items()):
+            if structure == configs.SKIPPED:
+                points.append([value])
+            else:
+                points.append([value, structures.setdefault(structure, len(structures)), list(numbers)])
+        axes.append({"dim": axis["dim"], "points": points})
+    return {"structures": [json.dumps(s) for s in structures], "axes": axes,
+            "seconds": round(time.perf_counter() - start, 3)}
