@@ -37,6 +37,13 @@ times the same parity-failing evaluation with the seed's worker forked from the
 warm server (:mod:`tik_agent.sandbox.forkserver`) and started fresh in the
 sandbox (``TIK_AGENT_SEED_FORKS=0``), alternated; the server is started before
 the first repeat, as it is once per process in a run.
+
+    .venv/bin/python benchmarks/bench_evaluator.py --survey [--seeds rmsnorm logprobs] [--repeat 3]
+
+times one evaluation of the seed against itself (a candidate that passes, timed as in
+an optimize run, against a reference computed beforehand) with the configuration
+survey (:mod:`tik_agent.judge.configs`) and without it (``survey=False``),
+alternated, and counts the boundary cases the survey added.
 """
 
 from __future__ import annotations
@@ -199,6 +206,29 @@ def main_seed_forks(args) -> None:
               flush=True)
 
 
+def main_survey(args) -> None:
+    """Each repeat evaluates the seed against itself twice, alternated: without the survey, then with it."""
+    print("| seed | without the survey, s | with it, s | ratio of medians | boundary cases |")
+    print("| --- | --- | --- | ---: | --- |")
+    for name in args.seeds:
+        spec = resolve(name)
+        reference = compute_reference(spec, EvalOptions(device="cpu", rounds=args.rounds, warmup=args.warmup))
+        runs: dict[bool, list] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for survey in (False, True):
+                options = EvalOptions(device="cpu", rounds=args.rounds, warmup=args.warmup, survey=survey)
+                start = time.perf_counter()
+                verdict = evaluate(spec, spec.source, options, reference)
+                if verdict.outcome.value not in ("passed", "slower"):
+                    sys.exit(f"{name}: the seed against itself: {verdict.outcome.value}: {verdict.reason}")
+                config = sorted(c["case"].split(":")[1] for c in verdict.cases if c["params"]["origin"] == "config")
+                runs[survey].append((time.perf_counter() - start, config))
+        each = lambda rs: f"{statistics.median(t for t, _ in rs):.1f} ({', '.join(f'{t:.1f}' for t, _ in rs)})"  # noqa: E731
+        ratio = statistics.median(t for t, _ in runs[True]) / statistics.median(t for t, _ in runs[False])
+        print(f"| {name} | {each(runs[False])} | {each(runs[True])} | {ratio:.2f} | {'; '.join(runs[True][0][1])} |",
+              flush=True)
+
+
 def busy_cpu_s() -> float:
     """CPU seconds the whole machine has spent busy (not idle or waiting), from /proc/stat: the
     seed's forked workers are the server's children, which this process's rusage never sees."""
@@ -220,7 +250,12 @@ def main() -> None:
                         + ", ".join(WRONG_BITS) + ")")
     parser.add_argument("--seed-forks", action="store_true",
                         help="time a parity-failing evaluation with the seed's worker forked and started fresh")
+    parser.add_argument("--survey", action="store_true",
+                        help="time the seed against itself with the configuration survey and without it")
     args = parser.parse_args()
+    if args.survey:
+        args.seeds = args.seeds or ["rmsnorm", "logprobs"]
+        return main_survey(args)
     if args.seed_forks:
         args.seeds = args.seeds or list(WRONG_BITS)
         if not set(args.seeds) <= set(WRONG_BITS):

@@ -3,6 +3,7 @@ the record-only launches (tik_agent.sandbox.launches.surveying), and the survey 
 launcher (tik_agent.sandbox.survey).  The whole evaluation is
 tests/test_adversarial_configs.py."""
 
+import json
 import random
 
 import pytest
@@ -18,8 +19,17 @@ def _axis(dim="M", low=1, exhaustive=200, high=200, beyond=()):
             "top": max([exhaustive, *beyond])}
 
 
-def _lookup(numbers, structure=lambda v: "k"):
-    return lambda v: (structure(v), tuple(numbers(v)))
+def _structure(labels, kernel="f"):
+    """A launch's structure as the worker writes it: the kernel, then one label per number."""
+    return json.dumps([[[kernel, 1], *labels]])
+
+
+def _lookup(numbers, labels=None, kernel=lambda v: "f"):
+    def get(v):
+        got = tuple(numbers(v))
+        return _structure(labels or [f"n{i}" for i in range(len(got))], kernel(v)), got
+
+    return get
 
 
 def _cdiv(a, b):
@@ -50,7 +60,7 @@ def test_a_regular_run_is_judged_at_its_first_change(numbers, first):
 
 def test_a_threshold_and_a_changed_kernel_are_judged_where_they_change():
     found = configs.analyse(_axis(), _lookup(lambda v: (1024 if v < 77 else 512,),
-                                             structure=lambda v: "a" if v < 150 else "b"))
+                                             kernel=lambda v: "a" if v < 150 else "b"))
     assert sorted(b.value for b in found.boundaries) == [77, 150]
 
 
@@ -60,20 +70,50 @@ def test_a_sparse_switch_is_refused_not_judged_size_by_size():
     assert found.boundaries == []
 
 
+def test_each_kernel_variant_is_judged_at_its_first_size():
+    """Constexprs and options make another compiled kernel: each new value is judged,
+    even inside a run (SPLIT = 1 + M // 50), and a return to a judged one is not again."""
+    split = configs.analyse(_axis(), _lookup(lambda v: (1 + v // 50,), labels=["constexpr SPLIT"]))
+    assert [b.value for b in split.boundaries] == [50, 100, 150, 200]
+    sparse = configs.analyse(_axis(), _lookup(lambda v: (64 if v % 13 == 5 and v > 64 else 1024,),
+                                              labels=["constexpr BLOCK"]))
+    assert [b.value for b in sparse.boundaries] == [70]
+
+
+def test_a_flat_cdiv_grid_is_judged_at_its_first_step():
+    """cdiv(M * 1000, 1024): steps of one or two sizes, exactly a cdiv of the size."""
+    found = configs.analyse(_axis(), _lookup(lambda v: (_cdiv(v * 1000, 1024),)))
+    assert [b.value for b in found.boundaries] == [2]
+    off = configs.analyse(_axis(), _lookup(lambda v: (_cdiv(v * 1000, 1024) - (v % 13 == 5),)))
+    assert off.refusal and "follow no rule" in off.refusal   # one program short at sparse sizes: no rule
+
+
+def test_a_launcher_that_raises_inside_the_domain_is_refused():
+    found = configs.analyse(_axis(), lambda v: (json.dumps(["raised", "ValueError"]), ()) if v == 150
+                            else _lookup(lambda v: (v,))(v))
+    assert found.refusal == "the launcher raised ValueError at M = 150, inside the declared domain"
+
+
 def test_past_the_exhaustive_range_a_run_is_predicted_and_a_change_located():
     beyond = (300, 511, 512, 513, 900, 1000)
     grid = _lookup(lambda v: (_cdiv(v, 16),))
-    assert configs.analyse(_axis(beyond=beyond, high=1000), grid).boundaries == [configs.Boundary("M", 17, "launch number 0 goes from 1 to 2")]
+    assert configs.analyse(_axis(beyond=beyond, high=1000), grid).boundaries == [configs.Boundary("M", 17, "n0 goes from 1 to 2")]
     switched = _lookup(lambda v: (_cdiv(v, 16), 1024 if v < 700 else 512))
     within = configs.analyse(_axis(beyond=beyond, high=1000), switched)
-    assert [b.value for b in within.boundaries] == [17, 700]   # located by bisection between 513 and 900
+    # located by bisection between 513 and 900; the sizes after it are surveyed one by one and
+    # judged as the exhaustive range is (the grid's run starts again there: 705)
+    assert [b.value for b in within.boundaries] == [17, 700, 705]
     past = configs.analyse(_axis(beyond=beyond, high=200), switched)
     assert past.refusal and "M = 700" in past.refusal and "beyond the largest M this device judges (200)" in past.refusal
+    twice = _lookup(lambda v: (_cdiv(v, 16), 1024 if v < 10000 else 512, 4 if v < 50000 else 8))
+    later = configs.analyse(_axis(beyond=(5000, 20000, 40000, 60000, 90000), high=100000), twice)
+    assert {17, 10000, 50000} <= {b.value for b in later.boundaries}   # the second change is found too
 
 
 def _record(axis, numbers, drop=()):
     values = [v for v in axis["values"] if v not in drop]
-    return {"structures": ["k"], "axes": [{"dim": axis["dim"], "points": [[v, 0, list(numbers(v))] for v in values]}]}
+    return {"structures": [_structure(["n0"])],
+            "axes": [{"dim": axis["dim"], "points": [[v, 0, list(numbers(v))] for v in values]}]}
 
 
 def test_the_parent_refuses_a_record_that_lacks_a_size_it_needs():
@@ -94,7 +134,9 @@ def test_boundary_cases_lie_on_both_sides_in_the_surveys_dims(tmp_path):
     assert plan[0]["values"][-1] == 1048576 and len(plan[0]["values"]) > 8193
     found = configs.Findings([configs.Boundary("M", 1000, ""), configs.Boundary("N", 3999, "")])
     cases = configs.boundary_cases(spec, plan, found, 5)
-    assert [(c.m, c.dims["N"]) for c in cases] == [(999, 256), (1000, 256), (16, 3998), (16, 3999)]
+    n, m = plan[0]["dims"]["N"], plan[1]["m"]
+    assert n in spec.dims["N"] and configs.SURVEY_ROWS[0] <= m <= configs.SURVEY_ROWS[1]
+    assert [(c.m, c.dims["N"]) for c in cases] == [(999, n), (1000, n), (m, 3998), (m, 3999)]
     assert all(c.origin == "config" and c.runs_once for c in cases)
     assert [c.id for c in cases] == [c.id for c in configs.boundary_cases(spec, plan, found, 5)]
 

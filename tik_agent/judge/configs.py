@@ -1,34 +1,27 @@
-"""Configuration coverage: every size the launcher treats differently is judged at its edge.
+"""Configuration coverage: every size at which the launcher's launch changes is judged.
 
-A launcher picks its launch from the sizes it is called with: a grid, block
-sizes, a kernel, options.  A switch taken only at sizes the grid never draws (a
-sparse one such as ``M % 13 == 5``, or one above every case) escapes parity.
-So the candidate's launcher runs in a *survey* (:mod:`tik_agent.sandbox.survey`):
-over every batch size up to the largest this device judges, every size of each
-other dimension up to :data:`EXHAUSTIVE`, and sizes drawn from the evaluation's
-secret beyond, up to the domain's ends, each launch recorded and none run.
+A launcher picks its launch from the sizes it is called with (grid, block sizes,
+kernel, options).  A switch at sizes no case draws (``M % 13 == 5``, or one above
+every case) escaped parity, so the candidate's launcher runs in a *survey*
+(:mod:`tik_agent.sandbox.survey`): every batch size up to the largest this device
+judges, every size of each other dimension up to :data:`EXHAUSTIVE`, and sizes drawn
+from the evaluation's secret beyond, up to the domain's ends; each launch recorded,
+none run.  Where the launch changes along an axis, a parity case on each side judges
+it (``origin="config"``):
 
-Where the launch changes along an axis, the sizes on both sides of the change
-are judged as parity cases (``origin="config"``).  Changes that follow a rule
-count once: a number that grows by the same step at evenly spaced sizes (a grid
-of ``cdiv(M, BLOCK_M)`` programs) or doubles at doubling sizes (a
-``next_power_of_2`` block) is judged at the first change of its run (the later
-ones are the same change again, and the kernel body's own use of the number is
-for the static rules); a
-number that is an affine function of the size (``M``, a stride) changes
-everywhere and is no switch.  Every other change is judged where it happens.
+* each new kernel variant (the tuple of constexprs and options: another compiled
+  kernel) at the first size that launches it;
+* a structure change (kernel, argument kinds, grid rank) where it happens;
+* another number: no switch if affine in the size (``M``, a stride); judged at its
+  first change if a cdiv of the size, or a run of equal steps at evenly spaced
+  sizes or of one factor at doubling sizes; every other change where it happens.
 
-Refused (``integrity_failed``, naming the axis and the size):
-* more changes than :data:`BOUNDARY_BUDGET` (a launcher whose configuration
-  follows no rule cannot be judged size by size);
-* a change beyond the largest size this device judges (the batch's literal
-  limit, a dimension's ``cpu`` bound): nothing here could judge it, as a batch
-  literal beyond it is a static rejection;
-* a change between two sampled sizes that the survey did not locate.
+Refused (``integrity_failed``, naming the axis and size): more than
+:data:`BOUNDARY_BUDGET` changes, a change beyond the largest size this device
+judges, a launcher that raised inside the domain, a record lacking a size.
 
-The analysis is one function of the survey's record, run twice: in the worker,
-whose ``probe`` surveys the sizes a bisection needs, and in the parent over what
-the worker reported, where a size it needs and does not find is a refusal.
+One analysis, run twice: in the worker, whose ``probe`` surveys the sizes a
+bisection needs, and in the parent over the worker's record.
 """
 
 from __future__ import annotations
@@ -48,15 +41,21 @@ SAMPLES = 40          # sizes drawn per axis beyond it, log-uniform up to the do
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
 RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
 BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
-SURVEY_ROWS = 16      # the batch of a survey along another dimension, and of its judged cases
+SURVEY_ROWS = (8, 24)  # the batch of a survey along another dimension (drawn), and of its judged cases
+WINDOW = 256          # sizes surveyed one by one after a change past the exhaustive range
 
 SKIPPED = "skipped"   # the structure of a size whose inputs passed the byte cap (not called)
+RAISED = '["raised"'  # how the structure of a call that raised begins
 
 Lookup = Callable[[int], "tuple[str, tuple[int, ...]] | None"]
 
 
 class Unlocated(Exception):
     """The record lacks a size the analysis needs."""
+
+
+class Refused(Exception):
+    """A point of the record the analysis refuses outright."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,10 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]
     """The axes of the survey: one per dimension of the domain (the batch first)."""
     from tik_agent.spec.domain_cases import _dtype
 
-    base = {name: int(values[0]) for name, values in spec.dims.items()}
+    # The other dimensions and the batch of a sweep along one: drawn, so that a launcher
+    # cannot switch on the values the survey holds them at.
+    base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
+    rows = rng.randint(*SURVEY_ROWS)
     dtype = _dtype(spec)
     axes = []
     for name, span in sorted(spec.domain.dims.items(), key=lambda kv: kv[0] != BATCH_DIM):
@@ -92,7 +94,7 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]
             if name == BATCH_DIM else int(span.judged_high(device))
         exhaustive = min(high, EXHAUSTIVE)
         values = list(range(low, exhaustive + 1)) + _beyond(exhaustive, top, rng)
-        axes.append({"dim": name, "m": SURVEY_ROWS, "dims": base, "dtype": dtype, "values": values,
+        axes.append({"dim": name, "m": rows, "dims": base, "dtype": dtype, "values": values,
                      "exhaustive": exhaustive, "high": high, "top": top, "device": device})
     return axes
 
@@ -128,9 +130,11 @@ def analyse(axis: Mapping, lookup: Lookup) -> Findings:
             return _too_many(found)
         beyond = [v for v in values if v > axis["exhaustive"]]
         if beyond and exhaustive:
-            found += _beyond_changes(dim, exhaustive, beyond, lookup)
+            found += _beyond_changes(dim, exhaustive, beyond, lookup, int(axis["top"]), high)
     except Unlocated as exc:
         return Findings(refusal=f"{dim}: the survey did not report size {exc} (a change it had to locate)")
+    except Refused as exc:
+        return Findings(refusal=str(exc))
     for b in found:
         if b.value > high:
             return Findings(refusal=f"the launch changes at {dim} = {b.value} ({b.why}), beyond the largest {dim} "
@@ -146,42 +150,84 @@ def _get(lookup: Lookup, v: int):
 
 
 def _changes(dim: str, values: list[int], lookup: Lookup) -> list[Boundary]:
-    """Changes over consecutive sizes: of structure, and of each number that is not
-    affine in the size nor part of a regular run."""
+    """Changes over consecutive sizes: of structure, of the kernel variant (its constexprs
+    and options), and of each other number that is not affine or cdiv-like in the size
+    nor part of a regular run."""
     out: list[Boundary] = []
     segment: list[int] = []
+    variants: set = set()
     for v in values:
         point = _get(lookup, v)
         if point[0] == SKIPPED:
             continue
+        if point[0].startswith(RAISED):
+            raise Refused(f"the launcher raised {json.loads(point[0])[1]} at {dim} = {v}, inside the declared domain")
         if segment and point[0] != _get(lookup, segment[-1])[0]:
             out.append(Boundary(dim, v, "another kernel, argument kind or grid rank"))
-            out += _numeric(dim, segment, lookup)
+            out += _numeric(dim, segment, lookup, variants)
             segment = []
         segment.append(v)
-    return out + _numeric(dim, segment, lookup)
+    return out + _numeric(dim, segment, lookup, variants)
 
 
-def _numeric(dim: str, segment: list[int], lookup: Lookup) -> list[Boundary]:
-    if len(segment) < 2:
+def _labels(structure: str) -> list[str]:
+    """The label of each number of a structure, in order ("constexpr BLOCK", "option num_warps", "grid", "M")."""
+    return [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
+
+
+def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> list[Boundary]:
+    """Each new kernel variant (the tuple of constexprs and options: another compiled
+    kernel) at its first size, and each other number's changes that follow no rule."""
+    if not segment:
         return []
-    series = list(zip(*(_get(lookup, v)[1] for v in segment)))
+    structure = _get(lookup, segment[0])[0]
+    labels = _labels(structure)
+    fixed = [i for i, label in enumerate(labels) if label.startswith(("constexpr ", "option "))]
     out = []
+    for v in segment:
+        variant = (structure, tuple(_get(lookup, v)[1][i] for i in fixed))
+        if variant not in variants:
+            if variants and v != segment[0]:
+                out.append(Boundary(dim, v, "another kernel variant (constexprs or options " +
+                                    ", ".join(f"{labels[i]} = {variant[1][k]}" for k, i in enumerate(fixed)) + ")"))
+            variants.add(variant)
+    if len(segment) < 2:
+        return out
+    series = list(zip(*(_get(lookup, v)[1] for v in segment)))
     for index, numbers in enumerate(series):
-        if _affine(segment, numbers):
+        if index in fixed or _affine(segment, numbers):
             continue
         points = [(segment[i], numbers[i - 1], numbers[i]) for i in range(1, len(segment)) if numbers[i] != numbers[i - 1]]
+        if points and _cdiv_like(segment, numbers) is not None:
+            points = points[:1]  # a cdiv of the size: the later steps are the same change again
         for value, before, after in _irregular(points):
-            out.append(Boundary(dim, value, f"launch number {index} goes from {before} to {after}"))
+            out.append(Boundary(dim, value, f"{labels[index] if index < len(labels) else 'a number'} "
+                                            f"goes from {before} to {after}"))
     return out
 
 
 def _affine(xs: list[int], ys: tuple[int, ...]) -> bool:
-    """Whether ``ys`` is an affine function of the consecutive sizes ``xs``: one step throughout."""
-    if len(xs) < 2:
+    """``ys`` is affine in the consecutive sizes ``xs`` (over more than RUN_MIN sizes)."""
+    if len(xs) <= RUN_MIN:
         return False
     step = ys[1] - ys[0]
     return all(b - a == step for a, b in zip(ys, ys[1:]))
+
+
+def _cdiv_like(xs: list[int], ys: tuple[int, ...]) -> Callable[[int], int] | None:
+    """``ys`` as e + ceil(p * x / r) or e + floor(p * x / r), r a power of two (a flat grid,
+    ``cdiv(M * N, BLOCK)``), exactly at every size; the function, or None."""
+    if len(xs) <= RUN_MIN or xs[-1] == xs[0] or ys[-1] <= ys[0]:
+        return None
+    slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0])
+    for k in range(25):
+        r = 1 << k
+        for p in {max(1, round(slope * r) + d) for d in (-1, 0, 1)}:
+            for f in (lambda a, b: -(-a // b), lambda a, b: a // b):
+                e = ys[0] - f(p * xs[0], r)
+                if all(y == e + f(p * x, r) for x, y in zip(xs, ys)):
+                    return lambda x, e=e, f=f, p=p, r=r: e + f(p * x, r)
+    return None
 
 
 def _irregular(points: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -217,16 +263,25 @@ def _doubling(a, b, c) -> bool:
     return c[0] - b[0] == 2 * (b[0] - a[0]) and ratio(a) is not None and ratio(a) == ratio(b) == ratio(c)
 
 
-def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: Lookup) -> list[Boundary]:
+def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: Lookup, top: int,
+                    high: int) -> list[Boundary]:
     """Past the exhaustive range: each sampled size must launch as the last configuration
-    predicts; the first that does not is located by bisection."""
-    predict = _predictor(exhaustive, lookup)
-    last = exhaustive[-1]
-    for v in beyond:
-        got = _get(lookup, v)
-        if got[0] == SKIPPED:
-            continue
-        if predict(v) != got:
+    predicts; one that does not is located by bisection, then the sizes after it are
+    surveyed (:data:`WINDOW` of them) and predicted anew, up to the budget."""
+    window = [v for v in exhaustive if _get(lookup, v)[0] != SKIPPED]
+    out: list[Boundary] = []
+    while window:
+        predict, last = _predictor(window, lookup), window[-1]
+        window = []
+        for v in (v for v in beyond if v > last):
+            got = _get(lookup, v)
+            if got[0] == SKIPPED:
+                continue
+            if got[0].startswith(RAISED):
+                raise Refused(f"the launcher raised {json.loads(got[0])[1]} at {dim} = {v}, inside the declared domain")
+            if predict(v) == got:
+                last = v
+                continue
             lo, hi = last, v  # lo launches as predicted, hi does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
@@ -235,15 +290,20 @@ def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: 
                     hi = mid
                 else:
                     lo = mid
-            return [Boundary(dim, hi, "the launch leaves the rule it followed up to "
-                                      f"{exhaustive[-1]}")]
-        last = v
-    return []
+            out.append(Boundary(dim, hi, "the launch leaves the rule it followed up to "
+                                         f"{dim} = {lo}"))
+            if hi > high or len(out) > BOUNDARY_BUDGET:
+                return out
+            window = list(range(hi, min(hi + WINDOW, top) + 1))
+            out += [b for b in _changes(dim, window, lookup) if b.value != hi]
+            break
+    return out
 
 
 def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
-    """The configuration the last segment's rules give at a larger size: affine numbers
-    extended, a run extended while it runs past the end, anything else held."""
+    """The configuration the last segment's rules give at a larger size: affine and
+    cdiv-like numbers extended, a run extended while it runs past the end, anything else
+    held."""
     end = _get(lookup, values[-1])
     segment = [v for v in values if _get(lookup, v)[0] == end[0]]
     segment = segment[next((i for i in range(len(segment) - 1, 0, -1)
@@ -253,6 +313,10 @@ def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
         ys = tuple(_get(lookup, v)[1][index] for v in segment)
         if _affine(segment, ys):
             rules.append(lambda x, y=ys[-1], s=ys[1] - ys[0], e=segment[-1]: y + s * (x - e))
+            continue
+        cdiv = _cdiv_like(segment, ys)
+        if cdiv is not None:
+            rules.append(cdiv)
             continue
         points = [(segment[i], ys[i - 1], ys[i]) for i in range(1, len(segment)) if ys[i] != ys[i - 1]]
         rules.append(_continued(points, segment[-1], value))
@@ -334,7 +398,3 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: Findings, seed: in
             case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
             out.setdefault(case.id, case)
     return list(out.values())
-
-
-def dumps(record: dict) -> str:
-    return json.dumps(record, separators=(",", ":"))

@@ -119,8 +119,10 @@ def load_seed_entry(spec: KernelSpec) -> Callable:
 
 
 @contextmanager
-def poisoned_allocations(which: int):
-    """Fill every tensor that ``torch.empty*`` hands out with poison pattern ``which``.
+def poisoned_allocations(which: int | None):
+    """Fill every tensor that ``torch.empty*`` hands out with poison pattern ``which``
+    (None: wrap the allocators the same way and write nothing, for the survey, so that
+    a launcher cannot tell a survey call by what ``torch.empty`` is).
 
     An output element the kernel never writes then holds the pattern, and two
     runs with different patterns disagree (caught as non-determinism).  Done
@@ -135,6 +137,8 @@ def poisoned_allocations(which: int):
     methods = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_empty_strided")}
 
     def poison(t):
+        if which is None:  # the survey: the same wrappers, nothing written (it only takes address space)
+            return t
         if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
             view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()]
             with hostops.exempt():  # the harness's fill, not the candidate's
@@ -160,14 +164,17 @@ def poisoned_allocations(which: int):
             setattr(torch.Tensor, name, fn)
 
 
-def guarded_call(entry: Callable, inputs: list, kwargs, which: int = 0):
+def guarded_call(entry: Callable, inputs: list, kwargs, which: int | None = 0):
     """Call an entry the way every judged call is made: the one place where the
-    harness wraps untrusted code (poisoned allocations, the host-ops mode, and
-    whatever else must be active around each call), for parity cases and timed
-    calls alike.  Raises :class:`~tik_agent.sandbox.hostops.HostComputeError`
-    when the call computed with torch outside a Triton launch."""
+    harness wraps untrusted code (poisoned allocations, the host-ops mode, a launch
+    that raised failing the call, and whatever else must be active around each
+    call), for parity cases, timed calls and survey calls alike (``which=None``:
+    the survey, allocations not written).  Raises
+    :class:`~tik_agent.sandbox.hostops.HostComputeError` when the call computed with
+    torch outside a Triton launch, and :class:`~tik_agent.sandbox.launches.LaunchCaughtError`
+    when a launch raised and the entry went on."""
     launches.install()  # idempotent; the host-ops mode relies on its launch exemption
-    with poisoned_allocations(which), hostops.watching():
+    with poisoned_allocations(which), hostops.watching(), launches.judged():
         return entry(*inputs, **dict(kwargs))
 
 

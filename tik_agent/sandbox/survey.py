@@ -24,6 +24,7 @@ from typing import Callable
 
 from tik_agent.judge import configs
 from tik_agent.sandbox import hostops, launches
+from tik_agent.sandbox.harness import guarded_call
 from tik_agent.spec.cases import Case
 from tik_agent.spec.schema import KernelSpec
 
@@ -88,8 +89,8 @@ def survey_call(spec: KernelSpec, entry: Callable, axis: dict, value: int) -> tu
     if inputs is None:
         return configs.SKIPPED, ()
     try:
-        with launches.surveying() as found, hostops.watching():
-            entry(*inputs, **spec.kwargs)
+        with launches.surveying() as found:
+            guarded_call(entry, inputs, spec.kwargs, which=None)  # as a judged call is made, nothing written
     except hostops.HostComputeError:
         raise  # a judged call would fail the same way: the worker's verdict
     except Exception as exc:  # a launcher that refuses this size: part of its configuration
@@ -106,13 +107,17 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict]) -> dict:
 
     start = time.perf_counter()
     structures: dict[str, int] = {}
+    texts: dict[tuple, str] = {}
     axes = []
     for axis in plan:
         seen: dict[int, tuple] = {}
 
         def probe(value: int, axis=axis, seen=seen) -> tuple:
             if value not in seen:
-                seen[value] = survey_call(spec, entry, axis, value)
+                structure, numbers = survey_call(spec, entry, axis, value)
+                if structure != configs.SKIPPED:  # as the parent reads it from the record
+                    structure = texts.get(structure) or texts.setdefault(structure, json.dumps(structure))
+                seen[value] = structure, numbers
             return seen[value]
 
         for value in axis["values"]:
@@ -125,5 +130,5 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict]) -> dict:
             else:
                 points.append([value, structures.setdefault(structure, len(structures)), list(numbers)])
         axes.append({"dim": axis["dim"], "points": points})
-    return {"structures": [json.dumps(s) for s in structures], "axes": axes,
+    return {"structures": list(structures), "axes": axes,
             "seconds": round(time.perf_counter() - start, 3)}
