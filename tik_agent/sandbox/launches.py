@@ -35,7 +35,7 @@ class _Registry:
         self.counts: Counter[str] = Counter()
         self.installed = False
         self.params: dict = {}  # kernel function -> (parameter names, constexpr names)
-        self.origins: dict = {}  # code object -> resolved defining file
+        self.origins: dict = {}  # a code object's file name -> that file, resolved
         self.argspecs: dict = {}  # kernel function -> the interpreter's (names, constexprs)
 
 
@@ -117,9 +117,11 @@ def _origin(kernel) -> str:
     code = getattr(getattr(kernel, "fn", None), "__code__", None)
     if code is None:
         return "<unknown>"
-    origin = _REGISTRY.origins.get(code)
+    # Keyed by the file name, not the code object: equal code objects from two files (two
+    # copies of one kernel) compare equal, whatever their file.
+    origin = _REGISTRY.origins.get(code.co_filename)
     if origin is None:
-        origin = _REGISTRY.origins[code] = str(Path(code.co_filename).resolve())
+        origin = _REGISTRY.origins[code.co_filename] = str(Path(code.co_filename).resolve())
     return origin
 
 

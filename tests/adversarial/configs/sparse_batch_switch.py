@@ -4,11 +4,7 @@
 and a drawn batch meets it about once in 13.  Its block is a constexpr: the survey would
 judge the new kernel variant at M = 70, but the sizes past 8193 leave the launch the
 rules predict at M = 16385 (a power of two's neighbour, always surveyed), which no CPU
-evaluation can judge: refused."""The red team's sparse batch switch: for M % 13 == 5 above 64 rows the rows are summed in
-64-wide lanes (another reduction order).  No literal size lands on it (4-6, 12-14, 63-65),
-and a drawn batch meets it about once in 13.  Its block is a constexpr, so the survey
-judges the new kernel variant at the first size that launches it, M = 70, where it
-differs from the seed."""
+evaluation can judge: refused."""
 
 import torch
 import triton
