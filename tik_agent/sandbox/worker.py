@@ -229,7 +229,6 @@ def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, resul
     sides of every change it found; False when the analysis refuses the launcher."""
     from tik_agent.judge import configs
     from tik_agent.sandbox.survey import run_survey
-    from tik_agent.spec.cases import Case
 
     record = run_survey(spec, entry, plan["axes"])
     result["survey"] = record
@@ -240,7 +239,7 @@ def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, resul
         if case.id in outputs["cases"]:
             continue
         (workdir / CASE_FILE).write_text(case.id)
-        outputs["cases"][case.id] = runner.run_case(Case.from_dict(case.to_dict())).to_payload()
+        outputs["cases"][case.id] = runner.run_case(case).to_payload()
     _save(outputs, workdir)
     return True
 
