@@ -36,7 +36,10 @@ def spec(tmp_path_factory):
 def options():
     from conftest import DEVICE
 
-    return EvalOptions(device=DEVICE, rounds=3, warmup=1)
+    # The survey is off: this suite proves the run-time layer on its own.  Its
+    # call counters would otherwise meet the survey's calls first (count_jit_state's
+    # per-shape constexpr is refused there; hang_when_timed hangs there).
+    return EvalOptions(device=DEVICE, rounds=3, warmup=1, survey=False)
 
 
 @pytest.fixture(scope="module")
