@@ -77,3 +77,17 @@ def pytest_collection_modifyitems(config, items):
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
 
+
+
+_TIMELINE = os.environ.get("TIK_TEST_TIMELINE")  # a folder: where each test's time went, per worker
+
+
+def pytest_runtest_logreport(report):
+    """With TIK_TEST_TIMELINE set, one line per test phase (worker, end time, seconds,
+    phase, test) appended to a file per worker, to read how the suite's time splits."""
+    if _TIMELINE:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        import time
+
+        with open(os.path.join(_TIMELINE, f"{worker}.tsv"), "a") as out:
+            out.write(f"{worker}\t{time.time():.1f}\t{report.duration:.2f}\t{report.when}\t{report.nodeid}\n")
