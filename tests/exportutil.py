@@ -37,7 +37,9 @@ def make_run(base: Path, variants: tuple[str, ...] = ("4",), device: str = "cpu"
 
     base.mkdir(parents=True, exist_ok=True)
     seed = copy_seed("rmsnorm", base / "seeds")
-    shrink_grid(seed, batch_sizes="[1, 2, 5, 9]", dims={"N": "[100, 257]"})
+    # Batches of one and five (five leaves a partial program for both variants, 4 and 2 rows a
+    # program): the checks need cases, not many.
+    shrink_grid(seed, batch_sizes="[1, 5]", dims={"N": "[100, 257]"})
     spec = load_spec(seed)
     run = base / "runs" / RUN_NAME
     writer = LineageWriter.init(run)

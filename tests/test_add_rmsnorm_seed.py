@@ -85,6 +85,7 @@ def test_check_seed_catches_a_batch_variant_second_output(tmp_path, device):
 
 def test_eval_judges_the_second_output_on_its_own_bits(tmp_path):
     from seedutil import copy_seed, edit
+    from shared import cached_reference
     from tik_agent.judge.evaluate import evaluate
     from tik_agent.judge.options import EvalOptions
     from tik_agent.outcomes import Outcome
@@ -93,6 +94,9 @@ def test_eval_judges_the_second_output_on_its_own_bits(tmp_path):
     candidate = copy_seed("add_rmsnorm", tmp_path / "candidate") / "kernel.py"
     # Zeros of the stored sum change sign: equal values, other bits, in the second output only.
     edit(candidate, STORE, "        tl.store(s_rows + c[None, :], tl.where(s == 0, -s, s), mask=mask)\n")
-    verdict = evaluate(spec, candidate, EvalOptions(device="cpu", timeout_s=600, timing=False))
+    options = EvalOptions(device="cpu", timeout_s=600, timing=False)
+    # Given the reference, the worker stops at the first case that fails (the stream), as
+    # an optimize run's evaluations do; the reason is the same per-case judgement.
+    verdict = evaluate(spec, candidate, options, cached_reference(spec, options))
     assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
     assert "output new_residual" in verdict.reason and "output y" not in verdict.reason, verdict.reason

@@ -9,6 +9,7 @@ timing cell (M=5, N=384) that no parity case uses.
 """
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,7 @@ def test_a_hang_in_the_timing_phase_is_killed_with_its_phase_named(spec, options
 
 
 def test_the_request_is_gone_before_the_candidate_loads(spec, options, reference):
-    verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", EvalOptions(device=options.device, timing=False),
+    verdict = evaluate_sandboxed(spec, CORPUS / "read_request.py", replace(options, timing=False),
                                  reference)
     assert verdict.passed, verdict.reason  # it raises at import if request.json is still there
 
@@ -164,7 +165,7 @@ def test_the_audit_cache_is_out_of_a_candidates_reach(spec, options, reference, 
     source = (CORPUS / "forge_audit_cache.py").read_text()
     candidate = tmp_path / "forge_audit_cache.py"
     candidate.write_text(source.replace("CACHE_DIRS = []", f"CACHE_DIRS = {dirs!r}"))
-    verdict = evaluate_sandboxed(spec, candidate, EvalOptions(device=options.device, timing=False), reference)
+    verdict = evaluate_sandboxed(spec, candidate, replace(options, timing=False), reference)
     assert verdict.passed, verdict.reason  # it raises at import if any write went through
     assert {d: sorted(p.name for p in Path(d).iterdir()) for d in dirs} == before
     # Negative control: the same import, unsandboxed and aimed at a directory of the test's, writes.
@@ -187,7 +188,7 @@ def test_the_seeds_fork_server_is_out_of_a_candidates_reach(spec, options, refer
     server = forkserver._server()
     assert server is not None and not server.dead
     verdict = evaluate_sandboxed(spec, CORPUS / "reach_the_forkserver.py",
-                                 EvalOptions(device=options.device, timing=False), reference)
+                                 replace(options, timing=False), reference)
     assert verdict.passed, verdict.reason  # it raises at import if it opened a write end of a server pipe
     # Negative control: the same probe, unsandboxed, finds this process's server and opens its pipe.
     source = (CORPUS / "reach_the_forkserver.py").read_text()

@@ -2,6 +2,8 @@
 its forward: dq per token in every launch, dk/dv per cache slot wherever its
 sequence has the same chunk, zeros where no sequence owns a slot."""
 
+from dataclasses import replace
+
 import pytest
 
 from attention_seed import BACKWARD_CONTROLS, apply_backward_control, small_attention_backward
@@ -93,8 +95,9 @@ def test_eval_times_the_training_step_of_the_seed_itself(seed_verdict):
 def test_eval_rejects_a_dk_reduction_that_follows_the_batch(judged, tmp_path):
     seed, spec, options, reference = judged
     (tmp_path / "kernel.py").write_text((seed / "kernel.py").read_text())
-    verdict = evaluate(spec, apply_backward_control(tmp_path, "dkdv-block-follows-batch"), options,
-                       reference=reference)
+    # No timing: a parity failure never reaches it, and the seed's worker then computes no digests.
+    verdict = evaluate(spec, apply_backward_control(tmp_path, "dkdv-block-follows-batch"),
+                       replace(options, timing=False), reference=reference)
     assert verdict.outcome is Outcome.PARITY_FAILED, verdict.reason
     assert "[invariance]" in verdict.reason and "cache slots" in verdict.reason, verdict.reason
 

@@ -1,11 +1,13 @@
 """The evaluator judges a backward entry's bits like the forward's, in the sandbox."""
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import DEVICE
 from seedutil import edit, small_rmsnorm
 from shared import cached_reference
-from tik_agent.judge.evaluate import compute_reference, evaluate, evaluate_sandboxed
+from tik_agent.judge.evaluate import evaluate, evaluate_sandboxed
 from tik_agent.judge.options import EvalOptions
 from tik_agent.outcomes import Outcome
 from tik_agent.sandbox.static import check_source
@@ -56,10 +58,18 @@ def _candidate(seed, tmp_path, old, new):
     return path
 
 
-def test_seed_as_candidate_passes_with_timed_training_cell(seed, options, reference, tmp_path):
+@pytest.fixture(scope="module")
+def wider_dweight(seed, reference, tmp_path_factory):
+    """Wider column blocks for dweight, evaluated once with the graph phase on (3 rounds):
+    the verdict two tests read."""
     spec = load_spec(seed)
-    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 2048", "DW_BLOCK_N = 1024")
-    verdict = evaluate(spec, path, options, reference)
+    path = _candidate(seed, tmp_path_factory.mktemp("dw"), "DW_BLOCK_N = 2048", "DW_BLOCK_N = 1024")
+    options = EvalOptions(device=DEVICE, timeout_s=300, rounds=3, warmup=1, graphs=True)
+    return spec, evaluate(spec, path, options, reference)
+
+
+def test_seed_as_candidate_passes_with_timed_training_cell(wider_dweight):
+    _, verdict = wider_dweight
     # Wider column blocks leave every order alone: the bits pass (speed is noise here).
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert {c["name"] for c in verdict.timing} == {"small", "small-step"}
@@ -116,20 +126,18 @@ def test_backward_that_counts_its_timed_calls_is_caught_by_the_training_cell_dig
          "    cols = N\n    if (M, N) == (int('8'), int('512')):\n        _state[0]['calls'] += 1\n"
          "        if 2 < _state[0]['calls'] < 5:\n            cols = 0\n"
          "    _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](\n        x, dy, rstd, dweight, M, cols,")
-    verdict = evaluate_sandboxed(spec, path, options, reference)
+    # The survey off: its calls (forward and backward, at drawn sizes) could land on the
+    # training shape and use up the two calls the candidate skips; this is the timed layer.
+    verdict = evaluate_sandboxed(spec, path, replace(options, survey=False), reference)
     assert verdict.outcome == Outcome.INTEGRITY_FAILED, verdict.reason
     assert verdict.reason.startswith("timing:small-step: [timed-call]"), verdict.reason
     assert all(c["passed"] for c in verdict.cases)  # parity alone would have let it through
 
 
-def test_the_graph_phase_replays_the_training_step_of_a_training_cell(seed, tmp_path):
+def test_the_graph_phase_replays_the_training_step_of_a_training_cell(wider_dweight):
     """The graph phase calls what the timed phase calls: the whole step for a training
     cell, the forward alone otherwise (its replays are compared with the seed's)."""
-    spec = load_spec(seed)
-    options = EvalOptions(device=DEVICE, timeout_s=300, rounds=3, warmup=1, graphs=True)
-    reference = compute_reference(spec, options)
-    path = _candidate(seed, tmp_path, "DW_BLOCK_N = 2048", "DW_BLOCK_N = 1024")
-    verdict = evaluate_sandboxed(spec, path, options, reference)
+    spec, verdict = wider_dweight
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     rows = {c["name"]: c for c in verdict.timing}
     assert set(rows) == {"small", "small-step"} and all(r["device"]["calls"] >= 2 for r in rows.values())

@@ -15,6 +15,7 @@ from shared import cached_reference
 from tik_agent.judge.evaluate import compute_reference, evaluate
 from tik_agent.judge.options import EvalOptions
 from tik_agent.outcomes import Outcome
+from tik_agent.spec.cases import parity_cases
 from tik_agent.spec.schema import load_spec
 
 pytestmark = pytest.mark.slow  # evaluations, runs, exports or whole seeds under the interpreter
@@ -79,19 +80,33 @@ EXPLOITS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def verdict_of(small_seed, options, reference, tmp_path_factory):
+    """The verdict on the seed with ``edits``, evaluated once per module (two tests read the
+    reduction-order change's)."""
+    verdicts: dict = {}
+
+    def get(edits, opts=options):
+        key = (repr(edits), opts)
+        if key not in verdicts:
+            candidate = _variant(small_seed, tmp_path_factory.mktemp("variant"), edits)
+            verdicts[key] = evaluate(small_seed, candidate, opts, reference=reference)
+        return verdicts[key]
+
+    return get
+
+
 @pytest.mark.parametrize("name,edits,outcome,reason", EXPLOITS, ids=[e[0] for e in EXPLOITS])
-def test_exploit_is_rejected_for_the_right_reason(small_seed, options, reference, tmp_path, name, edits, outcome, reason):
-    candidate = _variant(small_seed, tmp_path, edits)
+def test_exploit_is_rejected_for_the_right_reason(options, verdict_of, name, edits, outcome, reason):
     opts = options if name != "endless-loop" else EvalOptions(device=options.device, timeout_s=15, rounds=1)
-    verdict = evaluate(small_seed, candidate, opts, reference=reference)
+    verdict = verdict_of(edits, opts)
     assert verdict.outcome is outcome, f"{name}: {verdict.outcome.value}: {verdict.reason}"
     assert reason in (verdict.reason or ""), verdict.reason
     assert not verdict.passed
 
 
-def test_parity_failure_reports_the_first_mismatch(small_seed, options, reference, tmp_path):
-    candidate = _variant(small_seed, tmp_path, [("BLOCK_N = 1024", "BLOCK_N = 128")])
-    verdict = evaluate(small_seed, candidate, options, reference=reference)
+def test_parity_failure_reports_the_first_mismatch(verdict_of):
+    verdict = verdict_of([("BLOCK_N = 1024", "BLOCK_N = 128")])  # the reduction-order change's
     mm = verdict.first_mismatch
     assert mm is not None and mm["expected_bits"] != mm["actual_bits"] and mm["ulps"] >= 1
     assert mm["case"].startswith("par:") or mm["case"].startswith("inv:")
@@ -116,20 +131,24 @@ def test_bit_preserving_rewrite_passes(small_seed, options, reference, tmp_path,
     assert verdict.speedup is not None and verdict.timer
 
 
-def test_faster_variant_is_measured_faster(small_seed, options, reference, tmp_path):
-    candidate = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 8")])
-    verdict = evaluate(small_seed, candidate, options, reference=reference)
-    assert verdict.passed and verdict.speedup > 1.5, verdict.speedup
-
-
-def test_parent_timing_is_reported(small_seed, options, reference, tmp_path):
+@pytest.fixture(scope="module")
+def eight_rows(small_seed, options, reference, tmp_path_factory):
+    """8 rows a program against the seed and a parent of 4 (one evaluation, two tests)."""
     # The parent does 4 rows a program, the seed 1: a gap that no load on the machine
     # closes (with 2 rows the parent once came out no faster than the seed under load).
+    tmp_path = tmp_path_factory.mktemp("eight")
     parent = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 4")], "parent.py")
     candidate = _variant(small_seed, tmp_path, [("ROWS_PER_PROGRAM = 1", "ROWS_PER_PROGRAM = 8")])
-    verdict = evaluate(small_seed, candidate, options, reference=reference, parent=parent)
-    assert verdict.passed and verdict.speedup_vs_parent is not None
-    assert verdict.speedup > verdict.speedup_vs_parent > 0
+    return evaluate(small_seed, candidate, options, reference=reference, parent=parent)
+
+
+def test_faster_variant_is_measured_faster(eight_rows):
+    assert eight_rows.passed and eight_rows.speedup > 1.5, eight_rows.speedup
+
+
+def test_parent_timing_is_reported(eight_rows):
+    assert eight_rows.passed and eight_rows.speedup_vs_parent is not None
+    assert eight_rows.speedup > eight_rows.speedup_vs_parent > 0
 
 
 def test_a_seed_that_is_not_deterministic_is_refused(tmp_path, options):
@@ -140,5 +159,9 @@ def test_a_seed_that_is_not_deterministic_is_refused(tmp_path, options):
         edit(seed / "spec.toml", old, new)
     edit(seed / "kernel.py", "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)",
          "        tl.store(y_rows + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask & (c > 0)[None, :])")
+    spec = load_spec(seed)
+    # One case is enough: every case runs twice on differently poisoned memory, and the
+    # unwritten first column differs in each.
     with pytest.raises(SpecError, match="the seed fails its own checks"):
-        compute_reference(load_spec(seed), EvalOptions(device=options.device, timeout_s=120, timing=False))
+        compute_reference(spec, EvalOptions(device=options.device, timeout_s=120, timing=False),
+                          cases=parity_cases(spec)[:1])

@@ -31,8 +31,9 @@ def finished(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(base)  # relative paths, as a person types them
     try:
+        # The template run's settings (tiny_config): the seed's audit is the session's, reused.
         code = cli(["optimize", "tiny-rmsnorm", "--agent", "offline", "--iterations", "3", "--rounds", "5",
-                    "--run-dir", "runs/r1", "--rng-seed", "3"])
+                    "--eval-timeout", "120", "--run-dir", "runs/r1", "--rng-seed", "3"])
     finally:
         os.chdir(cwd)
     assert code == 0 and seed.is_dir()
@@ -151,8 +152,9 @@ def test_prompts_and_prices_are_kept_with_the_run(tmp_path, capsys):
     prices = tmp_path / "prices.toml"
     prices.write_text("")
     run_dir = tmp_path / "run"
-    assert cli(["optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "2",
-                "--run-dir", str(run_dir), "--prompts", str(prompts), "--prices", str(prices)]) == 0
+    assert cli(["optimize", str(seed), "--agent", "offline", "--iterations", "1", "--rounds", "5",
+                "--eval-timeout", "120", "--run-dir", str(run_dir), "--prompts", str(prompts),
+                "--prices", str(prices)]) == 0
     config = RunConfig.load(run_dir)
     assert (config.prompts_dir, config.prices_path) == (str(prompts.resolve()), str(prices.resolve()))
     # Kept, but the offline agent uses neither: the run says so rather than accept them silently.

@@ -84,7 +84,8 @@ def wrong_bits_timed(evaluate_kept, wrong_bits, options):
 @pytest.mark.slow
 def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
     """Negative control: the worker of a passing candidate goes past the gate."""
-    verdict, phase, result, _ = evaluate_kept(spec.source, options)
+    # The survey off (as in the next test: only the gate and the timing are watched here).
+    verdict, phase, result, _ = evaluate_kept(spec.source, replace(options, survey=False))
     # The seed against itself: "slower" too when the machine is busy; timed either way.
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.speedup is not None
@@ -119,7 +120,7 @@ def test_the_verdict_at_the_gate_is_the_one_judged_after_the_worker(options, ref
 def test_a_worker_that_claims_the_gate_early_and_ignores_it_still_fails(options, evaluate_kept):
     """claims_the_gate.py says "waiting" before it has outputs, and is timed anyway with
     outputs that keep the seed's bits: the judgement at the gate stands."""
-    verdict, phase, result, _ = evaluate_kept(CORPUS / "claims_the_gate.py", options)
+    verdict, phase, result, _ = evaluate_kept(CORPUS / "claims_the_gate.py", replace(options, survey=False))
     assert verdict.outcome is Outcome.INTEGRITY_FAILED, verdict.reason
     assert "[output] the worker saved no outputs" in verdict.reason, verdict.reason
     assert verdict.speedup is None
@@ -176,7 +177,7 @@ def test_a_streamed_pass_is_not_a_pass(spec, options, reference, tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(evaluate_mod.WorkerBox, "outputs", wrong_whole_file)
-        verdict = evaluate_sandboxed(spec, spec.source, replace(options, timing=False), reference)
+        verdict = evaluate_sandboxed(spec, spec.source, replace(options, timing=False, survey=False), reference)
     assert verdict.outcome is Outcome.INTEGRITY_FAILED and "[output]" in verdict.reason, verdict.reason
 
 
