@@ -61,7 +61,9 @@ def _candidate(seed, tmp_path, old, new):
 @pytest.fixture(scope="module")
 def wider_dweight(seed, reference, tmp_path_factory):
     """Wider column blocks for dweight, evaluated once with the graph phase on (3 rounds):
-    the verdict two tests read."""
+    the verdict two tests read.  Its timing rows are the graph replays'; a passing
+    training cell timed per call (the CPU default) is the shared export run's
+    (tests/exportutil.make_run, the bundled rmsnorm's cells)."""
     spec = load_spec(seed)
     path = _candidate(seed, tmp_path_factory.mktemp("dw"), "DW_BLOCK_N = 2048", "DW_BLOCK_N = 1024")
     options = EvalOptions(device=DEVICE, timeout_s=300, rounds=3, warmup=1, graphs=True)
