@@ -147,3 +147,37 @@ def test_rmsnorm_backward_work_distribution_keeps_the_bits(dtype, regime, name, 
     monkeypatch.setattr(kernel, name, value)
     for grad, a, b in zip(("dx", "dweight"), seed, kernel.rms_norm_backward(x, w, dy)):
         assert_same_bits(a, b, f"{grad} with {name}={value}")
+
+
+def test_rows_alone_keep_one_batch_reduced_gradient_not_one_per_row():
+    """The matmul step's db (K x N) is a reduction over the batch: a large invariance case run
+    row by row must not hold one db per row (on a GPU, 4096 rows of 32 MiB each).  Counted with
+    weak references at each row's call: the rows' outputs and da stay (they are joined), the rows'
+    dbs are gone but row 0's and the one just returned."""
+    import weakref
+
+    from tik_agent.sandbox.harness import Runner
+
+    spec = load_spec(BUNDLED_DIR / "matmul")
+    entry = load_seed_entry(spec)
+    names = [o.name for o in spec.checked_outputs]
+    alive: dict[str, list] = {name: [] for name in names}  # per output: the most alive at one call
+    refs: dict[str, list] = {name: [] for name in names}
+
+    def counting(*args, **kwargs):
+        if args[0].shape[0] == 1:  # a row alone
+            for name in names:
+                alive[name].append(sum(r() is not None for r in refs[name]))
+        out = entry(*args, **kwargs)
+        if args[0].shape[0] == 1:
+            for name, t in zip(names, out):
+                refs[name].append(weakref.ref(t))
+        return out
+
+    case = Case(8, {"K": 24, "N": 16}, "float32", "normal", 0, invariance=True, subbatches=1)
+    outputs = Runner(counting, spec, "cpu").run_case(case)
+    assert names == ["output", "da", "db"] and len(refs["db"]) >= 8
+    assert max(alive["db"]) <= 2, alive["db"]
+    # Control: the per-row outputs that are joined are all held, so the count sees what is kept.
+    assert max(alive["output"]) >= 7 and max(alive["da"]) >= 7, (alive["output"], alive["da"])
+    assert [t.shape[0] for t in outputs.rows] == [8, 8, 24]  # output and da joined, row 0's db

@@ -210,18 +210,22 @@ class Runner:
     def _rows_alone(self, case: Case, inputs: list, full):
         import torch
 
+        # A reduction over the batch (dweight) has no rows to join: it is judged
+        # against the seed at every batch size instead, and kept here as row 0's.  The
+        # other rows' are dropped as each row finishes: a large case's rows alone would
+        # otherwise hold one whole gradient per row (a 4096-row matmul step: 4096 dbs).
+        batched = [is_batched(o) for o in self.spec.checked_outputs]
         outs = []
         for i in rows_alone(case):
             row_inputs = self._select(inputs, lambda t: t[i : i + 1].clone())
             out = self.call(case, row_inputs, i % 2)
-            if not all(isinstance(t, torch.Tensor) for t in as_outputs(out)):
+            parts, multi = as_outputs(out), isinstance(out, (tuple, list))
+            if not all(isinstance(t, torch.Tensor) for t in parts):
                 return out
-            outs.append(as_outputs(out))
-        # A reduction over the batch (dweight) has no rows to join: it is judged
-        # against the seed at every batch size instead, and kept here as row 0's.
-        joined = tuple(torch.cat(parts, dim=0) if is_batched(o) else parts[0]
-                       for o, parts in zip(self.spec.checked_outputs, zip(*outs)))
-        return joined if isinstance(out, (tuple, list)) else joined[0]
+            outs.append(parts if not outs else tuple(t if b else None for t, b in zip(parts, batched)))
+            del parts, out
+        joined = tuple(torch.cat(parts, dim=0) if b else parts[0] for b, parts in zip(batched, zip(*outs)))
+        return joined if multi else joined[0]
 
     def _sub_batch(self, case: Case, inputs: list, sub: SubBatch):
         import torch
