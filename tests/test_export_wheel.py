@@ -132,7 +132,8 @@ def test_other_torch_and_triton_versions_are_flagged_at_import_and_by_verify(env
             every = _cases.certified_cases
             _cases.certified_cases = lambda certificate: every(certificate)[:1]
             report = pkg.verify(stop_at_first=True)
-        print(json.dumps({{"cases": len(report.cases), "warnings": [str(w.message) for w in caught if w.category.__name__ == "EnvironmentMismatch"],
+        print(json.dumps({{"cases": len(report.cases),
+                          "warnings": [str(w.message) for w in caught if w.category.__name__ == "EnvironmentMismatch"],
                           "differences": report.environment_differences, "summary": report.summary(),
                           "certified": certified}}))
     """, tmp_path)

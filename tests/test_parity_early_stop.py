@@ -85,7 +85,6 @@ def wrong_bits_timed(evaluate_kept, wrong_bits, options):
 def test_a_candidate_that_keeps_the_bits_is_timed(spec, options, evaluate_kept):
     """Negative control: the worker of a passing candidate goes past the gate.  The survey
     is off here; a passing candidate timed after its survey is test_evaluator's rewrites'."""
-    # The survey off (as in the next test: only the gate and the timing are watched here).
     verdict, phase, result, _ = evaluate_kept(spec.source, replace(options, survey=False))
     # The seed against itself: "slower" too when the machine is busy; timed either way.
     assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
