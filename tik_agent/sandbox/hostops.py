@@ -82,8 +82,16 @@ def _packet(func) -> str:
 
 def admitted(func) -> bool:
     """Whether ``func`` (an aten OpOverload) may run in launcher code."""
-    namespace = getattr(func, "namespace", "aten")
-    return namespace == "aten" and _packet(func) in ADMITTED
+    try:
+        return _ADMITTED_OPS[func]
+    except (KeyError, TypeError):  # TypeError: not hashable, so not one of torch's overloads; judged anew
+        found = getattr(func, "namespace", "aten") == "aten" and _packet(func) in ADMITTED
+        if type(func).__module__ == "torch._ops":  # torch's own overload objects, one per op: their answer holds
+            _ADMITTED_OPS[func] = found
+        return found
+
+
+_ADMITTED_OPS: dict = {}  # OpOverload -> admitted(), filled as ops are first dispatched
 
 
 CONSTEXPR_TENSOR = "a torch.Tensor passed as a constexpr to a Triton launch"

@@ -26,6 +26,7 @@ from tik_agent.judge import configs
 from tik_agent.sandbox import hostops, launches
 from tik_agent.sandbox.harness import guarded_call
 from tik_agent.spec.cases import Case
+from tik_agent.spec.fields import resolve_shape
 from tik_agent.spec.schema import KernelSpec
 
 
@@ -33,21 +34,13 @@ def describe(launch: dict) -> tuple[tuple, list[int]]:
     """One recorded launch as (structure, numbers)."""
     import torch
 
-    kernel = launch["kernel"]
-    fn = getattr(kernel, "fn", None)
-    names, constexprs = launches.params(kernel) or ([], frozenset())
-    bound = dict(zip(names, launch["args"]))
-    kwargs = launch["kwargs"]
-    bound.update((k, v) for k, v in kwargs.items() if k in names)
-    code = getattr(fn, "__code__", None)
-    structure: list = [(getattr(fn, "__qualname__", "?"), getattr(code, "co_firstlineno", 0))]
-    numbers: list[int] = []
-    options = sorted(k for k in kwargs if k not in names and k not in ("grid", "warmup"))
-    grid = launch["grid"]
+    kernel, args, kwargs, grid = launch["kernel"], launch["args"], launch["kwargs"], launch["grid"]
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-    labelled = [(("constexpr " if n in constexprs else "") + n, bound.get(n, _DEFAULT)) for n in names]
-    labelled += [(f"option {k}", kwargs[k]) for k in options] + [("grid", g) for g in grid]
-    for name, value in labelled:
+    head, slots = _layout(kernel, len(args), tuple(kwargs))
+    structure: list = list(head)
+    numbers: list[int] = []
+    values = [args[i] if where == "arg" else kwargs[i] if where == "kw" else _DEFAULT for _, where, i in slots]
+    for (name, _, _), value in zip(slots + [("grid", None, None)] * len(grid), values + list(grid)):
         kind = type(value)
         if kind is int:
             structure.append(name)
@@ -65,38 +58,75 @@ def describe(launch: dict) -> tuple[tuple, list[int]]:
     return tuple(structure), numbers
 
 
+_LAYOUTS: dict = {}  # (kernel, positional count, keyword names) -> where each label's value comes from
+
+
+def _layout(kernel, n_args: int, keywords: tuple) -> tuple[tuple, list[tuple]]:
+    """The structure's head and, per parameter and option in order, its label and where
+    its value is (``("arg", index)``, ``("kw", name)`` or the default): the same for every
+    launch of one kernel with the same argument shape, so worked out once."""
+    key = (kernel, n_args, keywords)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        fn = getattr(kernel, "fn", None)
+        names, constexprs = launches.params(kernel) or ([], frozenset())
+        code = getattr(fn, "__code__", None)
+        head = ((getattr(fn, "__qualname__", "?"), getattr(code, "co_firstlineno", 0)),)
+        slots = []
+        for i, n in enumerate(names):
+            label = ("constexpr " if n in constexprs else "") + n
+            # A keyword overrides a positional argument of the same name, as the launch binds them.
+            slots.append((label, "kw", n) if n in keywords else (label, "arg", i) if i < n_args else
+                         (label, "default", None))
+        slots += [(f"option {k}", "kw", k) for k in sorted(keywords) if k not in names and k not in ("grid", "warmup")]
+        found = _LAYOUTS[key] = head, slots
+    return found
+
+
 _DEFAULT = object()  # a parameter the launch leaves at its default
 
 
-def _inputs(spec: KernelSpec, axis: dict, value: int) -> list | None:
-    import math
+class _Inputs:
+    """The inputs of the survey calls along one axis: each input's dtype worked out once
+    (it does not depend on the size), its shape and the byte cap per size."""
 
-    import torch
+    def __init__(self, spec: KernelSpec, axis: dict):
+        import torch
 
-    m, dims = configs.point_of(axis, value)
-    case = Case(m, dims, axis["dtype"], "normal", 0)
-    shapes = [(inp.resolve_shape(m, dims), getattr(torch, case.dtype_of(inp.name, inp.dtype)))
-              for inp in spec.checked_inputs]
-    size = sum(math.prod(shape) * dt.itemsize for shape, dt in shapes)
-    if size > configs.BYTE_CAP.get(axis["device"], configs.BYTE_CAP["cuda"]):
-        return None
-    return [torch.empty(shape, dtype=dt, device=axis["device"]) for shape, dt in shapes]
+        self.axis, self.device = axis, axis["device"]
+        m, dims = configs.point_of(axis, int(axis["values"][0]) if axis["values"] else 1)
+        case = Case(m, dims, axis["dtype"], "normal", 0)
+        self.declared = [(inp.shape, getattr(torch, case.dtype_of(inp.name, inp.dtype)))
+                         for inp in spec.checked_inputs]
+        self.cap = configs.BYTE_CAP.get(self.device, configs.BYTE_CAP["cuda"])
+
+    def at(self, value: int) -> list | None:
+        """Unwritten tensors of the sizes at ``value``; None past the byte cap."""
+        import math
+
+        import torch
+
+        m, dims = configs.point_of(self.axis, value)
+        shapes = [(resolve_shape(shape, m, dims), dt) for shape, dt in self.declared]
+        if sum(math.prod(shape) * dt.itemsize for shape, dt in shapes) > self.cap:
+            return None
+        return [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in shapes]
 
 
-def survey_call(spec: KernelSpec, entry: Callable, axis: dict, value: int) -> tuple[object, tuple[int, ...]]:
-    """The launches of one call at ``value`` along ``axis``."""
-    inputs = _inputs(spec, axis, value)
-    if inputs is None:
+def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int) -> tuple[object, tuple[int, ...]]:
+    """The launches of one call at ``value`` along the axis of ``inputs``."""
+    args = inputs.at(value)
+    if args is None:
         return configs.SKIPPED, ()
     try:
         with launches.surveying() as found:
-            guarded_call(entry, inputs, spec.kwargs, which=None)  # as a judged call is made, nothing written
+            guarded_call(entry, args, kwargs, which=None)  # as a judged call is made, nothing written
     except hostops.HostComputeError:
         raise  # a judged call would fail the same way: the worker's verdict
     except Exception as exc:  # a launcher that refuses this size: part of its configuration
         return ("raised", type(exc).__name__), ()
     finally:
-        del inputs
+        del args
     described = [describe(launch) for launch in found]
     return tuple(s for s, _ in described), tuple(n for _, ns in described for n in ns)
 
@@ -111,10 +141,11 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict]) -> dict:
     axes = []
     for axis in plan:
         seen: dict[int, tuple] = {}
+        inputs = _Inputs(spec, axis)
 
-        def probe(value: int, axis=axis, seen=seen) -> tuple:
+        def probe(value: int, inputs=inputs, seen=seen) -> tuple:
             if value not in seen:
-                structure, numbers = survey_call(spec, entry, axis, value)
+                structure, numbers = survey_call(entry, spec.kwargs, inputs, value)
                 if structure != configs.SKIPPED:  # as the parent reads it from the record
                     structure = texts.get(structure) or texts.setdefault(structure, json.dumps(structure))
                 seen[value] = structure, numbers
