@@ -28,6 +28,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from tik_agent.backends import nvml
+
 from tik_agent.backends.collector import collector_paused
 
 MIN_SAMPLES = 20
@@ -171,7 +173,7 @@ class TorchGraphBackend:
 
         self.torch = torch
         self.stream = torch.cuda.Stream()
-        self._nvml = _nvml_handle(torch)
+        self._nvml = nvml.handle(torch)
 
     def _warm(self, fn, sets) -> None:
         torch = self.torch
@@ -222,17 +224,6 @@ class TorchGraphBackend:
                     "mem_mhz": pynvml.nvmlDeviceGetClockInfo(self._nvml, pynvml.NVML_CLOCK_MEM)}
         except Exception:  # clocks are a record, never a reason to fail a measurement
             return {}
-
-
-def _nvml_handle(torch):
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(0).uuid)
-        return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception:
-        return None
 
 
 def l2_bytes(torch) -> int:

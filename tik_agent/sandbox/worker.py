@@ -138,8 +138,12 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
 
     if device == "cuda":
         # CUDA's lazy start-up writes environment variables, which the guard
-        # forbids once installed: start it now.
+        # forbids once installed: start it now.  NVML (clocks) likewise loads a
+        # library the guard would refuse: by its absolute path, now.
         torch.cuda.init()
+        from tik_agent.backends import nvml
+
+        nvml.preload()
     result["environment"] = devices.environment(device)
     spec = load_spec(workdir / request["spec_dir"])
     launches.install()
