@@ -28,10 +28,17 @@ def test_bundled_seeds_call_layout_tunables_safe_only_under_the_interpreter():
     mm = load_spec(BUNDLED_DIR / "matmul")
     safe, unproven = split_for_device(mm, "cuda")
     assert set(safe) == {"GROUP_M", "NUM_STAGES"} and set(unproven) == {"BLOCK_M", "BLOCK_N", "NUM_WARPS"}
-    for name in ("rmsnorm", "logprobs", "matmul"):
+    # Read in the sm_90 TTGIR (docs/gpu.md): these change a reduction's thread layout there.
+    for name, layout in (("add_rmsnorm", {"ROWS_PER_PROGRAM", "NUM_WARPS"}),
+                         ("attention", {"BLOCK_Q", "HEADS_PER_PROGRAM", "NUM_WARPS"})):
+        assert set(split_for_device(load_spec(BUNDLED_DIR / name), "cuda")[1]) >= layout, name
+    for name in ("rmsnorm", "add_rmsnorm", "logprobs", "matmul"):
         spec = load_spec(BUNDLED_DIR / name)
         for dim, values in spec.dims.items():
             assert any(v % 16 == 0 for v in values) and any(v % 2 == 1 for v in values), (name, dim, values)
+    # Every grid judges the specialisation a GPU compiles for sizes divisible by 16.
+    attention = load_spec(BUNDLED_DIR / "attention")
+    assert any(v % 16 == 0 for values in attention.dims.values() for v in values), attention.dims
 
 
 def _record(same=True, inv=True, odd=True):

@@ -19,7 +19,9 @@ missing rows contributing 0.0), and the chunk sums are added in ascending order
 into one fp32 accumulator per column.  ``ROW_CHUNK`` is part of the numerics and
 never depends on M, so dweight has the same bits as the seed's at every batch
 size.  ``BWD_ROWS_PER_PROGRAM`` (rows per dx program) and ``DW_BLOCK_N``
-(columns per dweight program) only distribute the work.
+(columns per dweight program) only distribute the work under the interpreter.
+On sm_90 a ``DW_BLOCK_N`` below 1024 changes the thread layout of the chunk's
+row sum (read in the TTGIR), so a value under 1024 is another tree there.
 """
 
 import torch
@@ -30,8 +32,9 @@ BLOCK_N = 1024
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 4
 ROW_CHUNK = 16
-# The backward's work distribution (no effect on bits): the fewest programs,
-# which is what the CPU interpreter pays for.
+# The backward's work distribution: the fewest programs, which is what the CPU
+# interpreter pays for (no effect on bits there; on sm_90 a value below 1024 lays out the chunk's row sum
+# differently, so it is another tree: see the docstring).
 DW_BLOCK_N = 2048
 BWD_ROWS_PER_PROGRAM = 16
 
