@@ -1,0 +1,84 @@
+"""Peak memory of an invariance case with a batch-reduced gradient (issue 22, item 3).
+
+The budget: a row run alone keeps its per-row outputs, and of its batch-reduced ones (the
+matmul step's db) only row 0's, so a worker holds at most two dbs at once (row 0's and the
+one just returned) beside the joined rows.  Measured as the growth of the process's peak
+resident set (VmHWM, reset through /proc/self/clear_refs) while the case runs, in a fresh
+process.  The real matmul training step runs; its db is replaced by a 16 MiB tensor of ones,
+so that one db more or less is far above the interpreter's own churn.  The negative control
+keeps every row's db alive, as the harness did before, and must go over the budget.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # two fresh processes, each running a training step per row
+
+ROOT = Path(__file__).parents[1]
+DB_MIB = 16
+ROWS = 12
+BUDGET_MIB = 3 * DB_MIB  # two dbs held at once (33 MiB measured here), with room for the interpreter's churn
+
+BODY = """
+    import json, sys
+    from tik_agent.backends import interpreter
+    interpreter.activate()
+    import torch
+    from tik_agent.sandbox import hostops
+    from tik_agent.sandbox.harness import Runner, load_seed_entry
+    from tik_agent.spec.cases import Case
+    from tik_agent.spec.schema import load_spec
+    from tik_agent.spec.seeds import BUNDLED_DIR
+
+    keep_all = sys.argv[1] == "keep"
+    spec = load_spec(BUNDLED_DIR / "matmul")
+    entry = load_seed_entry(spec)
+    kept = []
+
+    def inflated(*args, **kwargs):
+        out, da, db = entry(*args, **kwargs)
+        if args[0].shape[0] == 1:  # a row alone: its db becomes {mib} MiB, written
+            with hostops.exempt():  # the test's own fill, not the launcher's
+                db = torch.ones({mib} << 18)
+            if keep_all:
+                kept.append(db)
+        return out, da, db
+
+    def hwm_kib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+    case = Case({rows}, {{"K": 24, "N": 16}}, "float32", "normal", 0, invariance=True, subbatches=1)
+    runner = Runner(inflated, spec, "cpu")
+    runner.run_case(Case(2, {{"K": 24, "N": 16}}, "float32", "normal", 0))  # warm the interpreter
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident set starts again from the current one
+    before = hwm_kib()
+    runner.run_case(case)
+    print(json.dumps({{"grew_mib": (hwm_kib() - before) / 1024}}))
+""".format(mib=DB_MIB, rows=ROWS)
+
+
+def _grew(mode: str) -> float:
+    # A fixed mmap threshold: glibc otherwise raises it after a large free, and later large
+    # blocks come from the heap, where a freed one stays resident and reads as held.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(BODY), mode], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["grew_mib"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset")
+def test_rows_alone_stay_within_two_batch_reduced_gradients():
+    grew = _grew("drop")
+    assert grew < BUDGET_MIB, f"the case's peak grew {grew:.0f} MiB, over the {BUDGET_MIB} MiB budget"
+    # The control: a harness that keeps every row's db (as before) shows in the same measure.
+    held = _grew("keep")
+    assert held > ROWS * DB_MIB * 0.8, f"keeping {ROWS} dbs of {DB_MIB} MiB grew the peak only {held:.0f} MiB"
