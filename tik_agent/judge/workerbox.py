@@ -90,8 +90,9 @@ class WorkerBox:
         if proc is None:
             self.forked = False
             (self.dir / REQUEST_FILE).write_text(json.dumps(request))  # a failed fork's worker took it
+            # The cache stays writable inside: a kernel the warm cache lacks compiles there.
             proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
-                                 private=(REQUEST_FILE,))
+                                 private=(REQUEST_FILE,), writable=(TRITON_CACHE,) if cache.is_dir() else ())
         watch.finish()
         if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
             _replace_tree(cache, Path(options.save_cache))

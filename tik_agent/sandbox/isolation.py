@@ -126,10 +126,16 @@ class Isolation:
     def report(self) -> IsolationReport:
         return IsolationReport(level_of(self.layers), self.mechanism, self.layers, self.why)
 
-    def prepare(self, workdir: Path) -> None:
-        """Make ``workdir`` writable by the uid the program will run as."""
-        if self.drop_uid:
-            os.chown(workdir, NOBODY, NOBODY)
+    def prepare(self, workdir: Path, writable: Sequence[str] = ()) -> None:
+        """Make ``workdir``, and everything under its entries named in ``writable``, writable
+        by the uid the program will run as."""
+        if not self.drop_uid:
+            return
+        os.chown(workdir, NOBODY, NOBODY)
+        for entry in writable:
+            top = Path(workdir) / entry
+            for path in [top, *top.rglob("*")] if top.is_dir() else [top] if top.exists() else []:
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
 
     def wrap(self, argv: Sequence[str], workdir: Path, keep_private: Sequence[str] = ()) -> list[str]:
         """``argv`` as started under this isolation in ``workdir``.
