@@ -4,6 +4,7 @@
 #
 #   WHEELS=DIR OUT=DIR bash scripts/gpu-check.sh              # on the GPU node
 #   OUT=DIR bash scripts/gpu-check.sh --rehearse              # here: the CPU interpreter
+#   OUT=DIR bash scripts/gpu-check.sh --rehearse --target sm_90   # here: compile only, for sm_90
 #
 # It installs tik-agent (and what the node lacks) from a wheel folder made
 # beforehand by `bash scripts/gpu-wheels.sh DIR` on a machine with a registry,
@@ -19,17 +20,37 @@
 # for this machine's Python, unless WHEELS is given), everything but the
 # device-only measurements.  Within 15 minutes on 2 cores; CI runs it.
 #
+# --rehearse --target sm_90 replays the steps' launches instead (probes, eval of each
+# seed, the workload cells), each compiled for sm_90 by Triton's own compiler and
+# ptxas behind a stand-in driver, none run (tik_agent/backends/compile_rehearsal.py):
+# compile.json gives variants and compile seconds per step and, per kernel of every
+# seed at its workload shapes, registers, spills, grid, warps and stages.
+#
 # Results: summary.md (the tables for docs/gpu.md), environment.json,
 # probes.json, evals.json, optimize.txt, log.txt (everything printed).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 REHEARSE=0
-[ "${1:-}" = "--rehearse" ] && REHEARSE=1
+TARGET=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rehearse) REHEARSE=1 ;;
+    --target) TARGET=${2:-}; shift ;;
+    *) echo "gpu-check: unknown argument $1 (expected --rehearse, --target sm_90)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -n "$TARGET" ] && [ "$REHEARSE" != 1 ]; then
+  echo "gpu-check: --target is the compile-only rehearsal: give --rehearse too" >&2; exit 2
+fi
 PY=${PYTHON:-python3}
 # the steps run from a scratch folder: a relative interpreter path must not break them
 case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
 OUT=$(mkdir -p "${OUT:-gpu-check-out}" && cd "${OUT:-gpu-check-out}" && pwd)
 WORK=$(mktemp -d)
+# mktemp makes it 0700: a worker dropped to nobody (unshare with setpriv, no mount view of
+# its own) could not import the package installed below it.  Nothing secret lives here.
+chmod 755 "$WORK"
 trap 'rm -rf "$WORK"' EXIT
 : > "$OUT/summary.md"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -91,6 +112,15 @@ for name in ('tik_agent', 'openai', 'anthropic', 'git', 'gitdb', 'smmap'):
     where = importlib.import_module(name).__file__
     assert where.startswith('$SITE'), f'{name} from {where}'" \
   || { echo "a package does not come from the wheels"; FAILED=$((FAILED + 1)); }
+if [ -n "$TARGET" ]; then
+  # one step per check step, all at once up to the cores; the limit is the whole replay's
+  # COMPILE_STEPS="kernels probes ..." replays only those (CI: the kernels table alone)
+  step compile 600 "$PY" "$STEPS" compile "$OUT" --target "$TARGET" ${COMPILE_STEPS:+--steps $COMPILE_STEPS}
+  { echo "## steps (compile-only rehearsal for $TARGET, $(date -u +%FT%TZ))"; cat "$OUT/steps.tmp"; } >> "$OUT/summary.md"
+  rm -f "$OUT/steps.tmp"
+  echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+  exit $(( FAILED > 0 ))
+fi
 "$PY" "$STEPS" seeds "$WORK/seeds" $SMALL
 step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 

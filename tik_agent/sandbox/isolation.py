@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tik_agent.errors import UsageError
-from tik_agent.sandbox import confine
+from tik_agent.sandbox import confine, isolation_probe
 from tik_agent.sandbox.netns import network_isolation_available
 
 log = logging.getLogger(__name__)
@@ -266,13 +266,17 @@ def _bwrap_knows(option: str) -> bool:
 
 
 def _probe(isolation: Isolation) -> str | None:
-    """Start a trivial program under ``isolation``; None when it worked, else why not."""
-    check = "import os, sys; sys.exit(3 if os.geteuid() == 0 else 0)" if isolation.drop_uid or os.geteuid() else ""
+    """Start what a worker starts under ``isolation`` (:mod:`tik_agent.sandbox.isolation_probe`);
+    None when it worked, else why not."""
+    from tik_agent.sandbox.process import scrubbed_environment
+
+    not_root = isolation.drop_uid or os.geteuid() != 0
     with tempfile.TemporaryDirectory(prefix="tik-probe-") as tmp:
+        (Path(tmp) / "probe.py").write_text(isolation_probe.SOURCE)
         isolation.prepare(Path(tmp))
-        argv = isolation.wrap([sys.executable, "-I", "-c", check or "pass"], Path(tmp))
+        argv = isolation.wrap(isolation_probe.argv(_package_root(), not_root, bool(_cuda_devices())), Path(tmp))
         try:
-            proc = subprocess.run(argv, cwd=tmp, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            proc = subprocess.run(argv, cwd=tmp, env=scrubbed_environment(workdir=Path(tmp)),
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_PROBE_SECONDS)
         except (OSError, subprocess.SubprocessError) as exc:
             return str(exc)

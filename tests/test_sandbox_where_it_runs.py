@@ -1,7 +1,12 @@
-"""A warm Triton cache copied into the worker's directory stays writable inside the sandbox
-(issue 22, item 4): a kernel the cache lacks compiles there.  Before, the copy was bound
-read-only (bwrap binds the directory's existing entries read-only) and owned by root while
-the worker ran as nobody."""
+"""The sandbox where it runs (issue 22, item 4).
+
+* A warm Triton cache copied into the worker's directory stays writable inside: a kernel
+  the cache lacks compiles there.  Before, the copy was bound read-only (bwrap binds the
+  directory's existing entries read-only) and owned by root while the worker ran as nobody.
+* The isolation probe starts what a worker starts: a mechanism under which the worker
+  cannot import the package (installed in a folder its user cannot read) fails its probe
+  and the next one is used, with the reason in its notice.
+"""
 
 import shutil
 import sys
@@ -51,3 +56,24 @@ def test_without_writable_the_cache_is_read_only_inside(tmp_path, iso):
     workdir.mkdir()
     assert _run(workdir, iso, ()) != 0
     assert not (workdir / "triton-cache" / "new").exists()
+
+
+def test_a_mechanism_whose_worker_cannot_import_the_package_falls_back(tmp_path, monkeypatch):
+    import tik_agent
+
+    if isolation.best().mechanism != "bwrap" or not isolation.best().drop_uid:
+        pytest.skip("needs bwrap started as root (the worker drops to nobody)")
+    package = tmp_path / "site" / "tik_agent"
+    shutil.copytree(Path(tik_agent.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    package.chmod(0o700)  # as a 0700 install folder: root reads it, nobody does not
+    monkeypatch.setattr(isolation, "_package_root", lambda: str(tmp_path / "site"))
+    isolation.best.cache_clear()
+    try:
+        chosen = isolation.best()
+    finally:
+        isolation.best.cache_clear()
+    assert chosen.mechanism != "bwrap", chosen
+    assert "bwrap: exit" in chosen.why and "tik_agent" in chosen.why, chosen.why
+    # The control: the same probe of the real install passes under bwrap.
+    monkeypatch.undo()
+    assert isolation.best().mechanism == "bwrap" and isolation._probe(isolation.best()) is None
