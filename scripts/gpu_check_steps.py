@@ -5,6 +5,7 @@
   probes DIR OUT          bit probes: each seed x each tunable value x M, and an odd-stride row view
   summarise OUT           eval-*.json -> one evals.json and the table in summary.md
   wheel RUN WHEELDIR OUT  the exported wheel: verify(), torch.compile, a CUDA graph capture (device only)
+  compile OUT --target T  the steps' launches compiled for T and run nowhere    -> OUT/compile.json
 
 Results stay few (the device lends at most 8 files back); each step appends to OUT/summary.md.
 """
@@ -22,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-PROBE_M = (1, 7, 64, 255, 1024, 4096)
+# The probe sizes and the constants probed beside the tunables, shared with the compile-only
+# replay of this step (stdlib only at import: the interpreter is switched on in main()).
+from tik_agent.backends.compile_rehearsal import EXTRA_PROBES, PROBE_M
+
 PROBE_M_SMALL = (1, 7)  # the rehearsal: every code path, on the interpreter's budget
 INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -192,7 +196,7 @@ def cmd_probes(args) -> int:
         for dtype in dtypes:
             inputs = make_inputs(spec, Case(max(ms), dims, dtype, "normal", 0), device)
             expect = base(*inputs, **spec.kwargs)
-            for name, values in spec.tunables.items():
+            for name, values in {**spec.tunables, **EXTRA_PROBES.get(spec.name, {})}.items():
                 for value in (values[:2] if args.small else values):
                     fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec)
                     full = fn(*inputs, **spec.kwargs)
@@ -228,30 +232,34 @@ def _batched_2d(spec, i, t) -> bool:
 def cmd_summarise(args) -> int:
     out = Path(args.out)
     evals, lines = {}, ["## seeds against themselves (tik-agent eval)", "",
-                        "| seed | cell | shape | seed us | candidate us | launch us | GB/s | % of copy | TFLOP/s "
-                        "| % of mm |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                        "| seed | cell | shape | seed us | candidate us | ratio | share | launch us | GB/s | % of copy "
+                        "| TFLOP/s | % of mm |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     timers = set()
     for path in sorted(out.glob("eval-*.json")):
         seed = path.stem[len("eval-"):]
         try:
             v = json.loads(path.read_text())
         except json.JSONDecodeError:
-            lines.append(f"| {seed} | (no verdict: see log.txt) | | | | | | | | |")
+            lines.append(f"| {seed} | (no verdict: see log.txt) | | | | | | | | | | |")
             continue
         evals[seed] = v
         timers.add(v.get("timer"))
         ceilings = v.get("ceilings") or {}
+        # Each cell's share of the latency-weighted sum the speedup is taken over (weight x seed time).
+        total = sum(c["weight"] * c["seed"]["median_ms"] for c in v.get("timing", [])) or 1.0
         for c in v.get("timing", []):
             d = c.get("device", {})
             us = c["candidate"]["median_ms"] * 1e3
             gbps = d["bytes"] / (us * 1e3) if d.get("bytes") else None
             tflops = d["flops"] / (us * 1e6) if d.get("flops") else None
             launch = d.get("launch_overhead_us", {}).get("candidate")
+            ratio = c["seed"]["median_ms"] / c["candidate"]["median_ms"] if c["candidate"]["median_ms"] else None
+            share = c["weight"] * c["seed"]["median_ms"] / total
             lines.append(f"| {seed} | {c['name']} | {c['shape']} | {c['seed']['median_ms'] * 1e3:.1f} | {us:.1f} | "
-                         f"{_fmt(launch, '.1f')} | {_fmt(gbps, '.0f')} | {_share(gbps, ceilings.get('copy_gbps'))} | "
+                         f"{_fmt(ratio, '.3f')} | {share:.0%} | {_fmt(launch, '.1f')} | {_fmt(gbps, '.0f')} | {_share(gbps, ceilings.get('copy_gbps'))} | "
                          f"{_fmt(tflops, '.1f')} | {_share(tflops, ceilings.get('bf16_tflops'))} |")
         lines.append(f"| {seed} | verdict: {v['outcome']}, {v['cases_passed']}/{v['cases_total']} cases, "
-                     f"speedup {v.get('speedup')} | | | | | | | | |")
+                     f"weighted speedup {v.get('speedup')} | | | | | | | | | | |")
         path.unlink()
     lines += ["", f"timer: {', '.join(sorted(t for t in timers if t))}"]
     (out / "evals.json").write_text(json.dumps(evals, indent=2))
@@ -311,6 +319,60 @@ def cmd_wheel(args) -> int:
     return 0 if report.passed and ok_compile and ok_graph else 1
 
 
+def cmd_compile(args) -> int:
+    """Each step of tik_agent.backends.compile_rehearsal in a process of its own with an empty
+    Triton cache, --jobs at a time; compile.json is rewritten as each step finishes."""
+    import subprocess
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tik_agent.backends.compile_rehearsal import STEPS
+
+    out = Path(args.out)
+    steps = args.steps or list(STEPS)
+    report = {"target": args.target, "steps": [], "kernels": []}
+    work = Path(tempfile.mkdtemp(prefix="compile-"))
+
+    def one(step: str) -> dict:
+        result, log = work / f"{step}.json", work / f"{step}.log"
+        env = dict(os.environ, TRITON_CACHE_DIR=str(work / f"cache-{step}"))
+        env.pop("TRITON_INTERPRET", None)
+        start = time.monotonic()
+        with log.open("w") as f:
+            done = subprocess.run([sys.executable, "-m", "tik_agent.backends.compile_rehearsal", step, str(result),
+                                   "--target", args.target], env=env, stdout=f, stderr=subprocess.STDOUT)
+        row = json.loads(result.read_text()) if done.returncode == 0 and result.exists() else {"step": step}
+        row.update(exit=done.returncode, process_s=round(time.monotonic() - start, 1))
+        if done.returncode:
+            row["error"] = log.read_text()[-400:]
+        return row
+
+    jobs = args.jobs or os.cpu_count() or 1
+    with ThreadPoolExecutor(jobs) as pool:
+        for row in pool.map(one, steps):
+            report["kernels"] += row.pop("kernels", [])
+            report["steps"].append(row)
+            (out / "compile.json").write_text(json.dumps(report, indent=1))
+            print(f"compile {row['step']}: exit {row['exit']}, {row.get('variants', '-')} variants, "
+                  f"{row.get('compile_s', '-')} s compiling, {row['process_s']} s", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    lines = [f"## compile-only rehearsal for {args.target} ({jobs} at a time, each step with an empty cache)", "",
+             "| step | launches | variants compiled | compile s | step s | exit |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
+              f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
+    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages |",
+              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
+              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} |" for k in report["kernels"]]
+    _summary(out, "\n".join(lines))
+    keys = {"seed", "cell", "kernel", "registers", "spill_bytes", "grid", "num_warps", "num_stages"}
+    malformed = [k for k in report["kernels"] if not keys <= set(k) or not isinstance(k["grid"], list)]
+    if malformed or ("kernels" in steps and not report["kernels"]):
+        print(f"compile: the kernels table lacks {sorted(keys)} in {len(malformed)} rows, or is empty")
+        return 1
+    return 0 if all(r["exit"] == 0 for r in report["steps"]) else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu_check_steps")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -330,13 +392,18 @@ def main(argv=None) -> int:
     w.add_argument("wheeldir")
     w.add_argument("out")
     w.add_argument("--site", required=True)
+    c = sub.add_parser("compile")
+    c.add_argument("out")
+    c.add_argument("--target", default="sm_90")
+    c.add_argument("--jobs", type=int, default=0, help="steps at a time (default: every CPU core)")
+    c.add_argument("--steps", nargs="*", help="a subset of the steps (default: all)")
     args = p.parse_args(argv)
-    if _device() == "cpu":
+    if _device() == "cpu" and args.cmd != "compile":
         from tik_agent.backends import interpreter
 
         interpreter.activate()
     return {"env": cmd_env, "seeds": cmd_seeds, "probes": cmd_probes, "summarise": cmd_summarise,
-            "wheel": cmd_wheel}[args.cmd](args)
+            "wheel": cmd_wheel, "compile": cmd_compile}[args.cmd](args)
 
 
 if __name__ == "__main__":

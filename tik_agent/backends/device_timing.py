@@ -34,4 +34,5 @@ def measure_ceilings() -> dict:
     mm_ms = timed(lambda: a @ b, 10)
     return {"copy_gbps": 2 * COPY_BYTES / copy_ms / 1e6, "bf16_tflops": 2 * MATMUL_N**3 / mm_ms / 1e9,
             "how": f"device-to-device copy of {COPY_BYTES >> 20} MiB (read + write), "
-                   f"{MATMUL_N}^3 bf16 matmul on random data; median of 10 after 2 warm-ups"}
+                   f"{MATMUL_N}^3 bf16 matmul on random data; the mean of 10 back-to-back calls between "
+                   "two CUDA events, after 2 warm-ups"}

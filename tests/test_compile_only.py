@@ -1,0 +1,88 @@
+"""Compile-only mode (tik_agent.backends.compile_only): each launch compiles for sm_90 through
+Triton's own compiler and ptxas, and nothing runs.  Run in a fresh process, without the
+interpreter the suite turns on."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # Triton's real compiler and ptxas: seconds per variant
+
+ROOT = Path(__file__).parents[1]
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+def launch(x, y, block=128, warps=4):
+    scale[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), BLOCK=block, num_warps=warps)
+'''
+
+
+def _run(tmp_path: Path, body: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    (tmp_path / "tiny.py").write_text(KERNEL)
+    clean = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    clean.update(PYTHONPATH=f"{ROOT}:{tmp_path}", TRITON_CACHE_DIR=str(tmp_path / "cache"), **(env or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(body)], env=clean, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+
+
+def test_a_launch_compiles_for_sm90_and_runs_nothing(tmp_path):
+    proc = _run(tmp_path, """
+        import json
+        from tik_agent.backends import compile_only
+        compile_only.activate(90)
+        import torch
+        import tiny
+
+        x, y = torch.ones(1000), torch.zeros(1000)
+        with compile_only.recording() as found:
+            tiny.launch(x, y)                 # compiles
+            tiny.launch(x, y)                 # the same variant: known
+            tiny.launch(x[:992], y[:992])     # n divisible by 16: another specialisation
+            tiny.launch(x, y, block=256, warps=8)
+        first = found[0]
+        print(json.dumps({
+            "untouched": bool((y == 0).all()),
+            "grids": [l.grid for l in found], "warps": [l.num_warps for l in found],
+            "compiled": [l.compiled_s > 0 for l in found], "variants": len({l.variant for l in found}),
+            "arch": first.compiled.metadata.target.arch, "ptx": ".target sm_90" in first.compiled.asm["ptx"],
+            "resources": compile_only.resources(first)}))
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts["untouched"]  # no program ran: y is still zeros, not 2s
+    assert facts["grids"] == [[8, 1, 1], [8, 1, 1], [8, 1, 1], [4, 1, 1]]  # cdiv(n, BLOCK), as Triton computes it
+    assert facts["warps"] == [4, 4, 4, 8]
+    assert facts["compiled"] == [True, False, True, True] and facts["variants"] == 3
+    assert facts["arch"] == 90 and facts["ptx"]
+    assert facts["resources"]["registers"] > 0 and facts["resources"]["spill_bytes"] == 0
+
+
+def test_compile_only_refuses_the_interpreter(tmp_path):
+    proc = _run(tmp_path, """
+        from tik_agent.backends import compile_only
+        compile_only.activate(90)
+    """, env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode != 0 and "unset TRITON_INTERPRET" in proc.stderr
+
+
+def test_an_unknown_target_is_bad_usage():
+    from tik_agent.backends.compile_only import target_capability
+    from tik_agent.errors import UsageError
+
+    assert target_capability("sm_90") == 90
+    with pytest.raises(UsageError, match="sm_91"):
+        target_capability("sm_91")

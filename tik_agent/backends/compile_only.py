@@ -1,0 +1,203 @@
+"""Compile-only: every Triton launch compiles for a GPU target through Triton's own
+compiler and ptxas, and no program runs (issue 22's rehearsal, and a node's cache warming).
+
+:func:`activate` makes a stand-in driver Triton's active one: it reports a CUDA
+target (capability 90 and warp size 32 for sm_90 unless told otherwise), and it
+has no device, no stream and no launcher.  Every ``JITFunction.run`` is then made
+with ``warmup=True``: Triton binds the arguments, specialises them (integers equal
+to 1 or divisible by 16, pointers on 16-byte alignment), compiles the variant into
+the Triton cache (``TRITON_CACHE_DIR``) and returns the compiled kernel without a
+launch.  The inputs are CPU tensors: their data pointers are aligned as a CUDA
+allocation's are, and nothing ever reads them.
+
+:func:`recording` lists each launch (the kernel, its grid as Triton would compute
+it, the compiled variant's warps and stages, and the seconds spent compiling when
+this process compiled it), and :func:`resources` asks ptxas for registers and
+spills of one compiled kernel.
+
+Refused where the CPU interpreter is on: an interpreted kernel is not a
+``JITFunction`` and would run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tik_agent.errors import UsageError
+
+TARGETS = {"sm_80": 80, "sm_89": 89, "sm_90": 90, "sm_100": 100}
+
+
+@dataclass
+class Launch:
+    """One launch made in compile-only mode."""
+
+    kernel: str                 # the kernel function's qualified name
+    grid: list[int]             # the launch grid as Triton would compute it
+    num_warps: int
+    num_stages: int
+    compiled_s: float           # seconds this launch spent compiling (0.0: the variant was known)
+    variant: str                # the compiled variant's hash (one per specialisation)
+    compiled: object = field(repr=False, default=None)  # triton's CompiledKernel
+
+
+class _State:
+    def __init__(self) -> None:
+        self.capability: int | None = None
+        self.lock = threading.Lock()
+        self.recorders: list[list[Launch]] = []
+
+
+_STATE = _State()
+
+
+def target_capability(name: str) -> int:
+    """``sm_90`` -> 90; anything else is bad usage."""
+    if name not in TARGETS:
+        raise UsageError(f"--target {name!r}: expected one of {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def activate(capability: int = 90) -> None:
+    """Make the stand-in driver active and every launch a compile. Idempotent for one capability."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise UsageError("compile-only mode needs the real Triton compiler: unset TRITON_INTERPRET")
+    with _STATE.lock:
+        if _STATE.capability is not None:
+            if _STATE.capability != capability:
+                raise UsageError(f"compile-only mode is active for capability {_STATE.capability}, "
+                                 f"not {capability}")
+            return
+        _STATE.capability = capability
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    driver.set_active(_stand_in_driver(capability))
+    _wrap(JITFunction)
+
+
+def is_active() -> bool:
+    return _STATE.capability is not None
+
+
+def _stand_in_driver(capability: int):
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.driver import DriverBase
+
+    class StandInDriver(DriverBase):
+        """A CUDA target without a device: enough for Triton to compile, nothing to launch with."""
+
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            return "void*"
+
+        def get_current_target(self):
+            return GPUTarget("cuda", capability, 32)
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def set_current_device(self, device: int) -> None:
+            pass
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+        def get_benchmarker(self):
+            raise RuntimeError("compile-only mode: nothing runs, so nothing can be timed")
+
+        def get_device_interface(self):
+            raise RuntimeError("compile-only mode: there is no device")
+
+    return StandInDriver()
+
+
+def _wrap(cls) -> None:
+    original = cls.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        cache = self.device_caches[0][0] if 0 in getattr(self, "device_caches", {}) else {}
+        known = len(cache)
+        start = time.perf_counter()
+        compiled = original(self, *args, grid=grid, warmup=True, **kwargs)
+        seconds = time.perf_counter() - start
+        if compiled is None or warmup or not _STATE.recorders:
+            return compiled
+        grew = len(self.device_caches[0][0]) > known
+        launch = Launch(kernel=getattr(self.fn, "__qualname__", "?"), grid=_grid(self, grid, args, kwargs),
+                        num_warps=compiled.metadata.num_warps, num_stages=compiled.metadata.num_stages,
+                        compiled_s=round(seconds, 4) if grew else 0.0, variant=str(compiled.hash),
+                        compiled=compiled)
+        with _STATE.lock:
+            for recorder in _STATE.recorders:
+                recorder.append(launch)
+        return compiled
+
+    cls.run = run
+
+
+def _grid(kernel, grid, args, kwargs) -> list[int]:
+    """The grid as Triton computes it at a launch: a callable gets the kernel's bound arguments."""
+    if callable(grid):
+        signature = inspect.signature(kernel.fn)
+        bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+        bound.apply_defaults()
+        grid = grid(dict(bound.arguments))
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    return [int(g) for g in grid] + [1] * (3 - len(grid))
+
+
+@contextmanager
+def recording():
+    """Yield a list that collects every launch made inside the block (any thread)."""
+    found: list[Launch] = []
+    with _STATE.lock:
+        _STATE.recorders.append(found)
+    try:
+        yield found
+    finally:
+        with _STATE.lock:  # by identity: two recorders that saw the same launches are equal lists
+            _STATE.recorders[:] = [r for r in _STATE.recorders if r is not found]
+
+
+_USED = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_STACK = re.compile(r"(\d+) bytes stack frame")
+
+
+def resources(launch: Launch) -> dict:
+    """Registers, spill bytes (stores) and stack frame of one compiled kernel, from ptxas -v
+    run on its PTX for the kernel's own architecture (Triton's bundled ptxas)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    compiled = launch.compiled
+    capability = compiled.metadata.target.arch
+    arch = f"sm_{capability}" + ("a" if capability >= 90 else "")
+    ptxas = get_ptxas(capability).path
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        done = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", ptx, "-o", os.path.join(tmp, "kernel.cubin")],
+                              capture_output=True, text=True, check=True)
+    log = done.stderr + done.stdout
+    used, spill, stack = _USED.search(log), _SPILL.search(log), _STACK.search(log)
+    return {"registers": int(used.group(1)) if used else None,
+            "spill_bytes": int(spill.group(1)) if spill else 0,
+            "stack_bytes": int(stack.group(1)) if stack else 0,
+            "shared_bytes": int(getattr(compiled.metadata, "shared", 0) or 0)}
