@@ -68,7 +68,7 @@ step() {
   local took=$(( SECONDS - t0 ))
   [ $rc = 124 ] && echo "== $name: TIMED OUT after ${limit}s" >&3
   [ $rc != 0 ] && FAILED=$(( FAILED + 1 ))
-  echo "- step $name: exit $rc, ${took}s" >> "$OUT/steps.tmp"
+  echo "- step $name: exit $rc, ${took}s" >> "$WORK/steps.tmp"
   return $rc
 }
 
@@ -116,8 +116,8 @@ if [ -n "$TARGET" ]; then
   # one step per check step, all at once up to the cores; the limit is the whole replay's
   # COMPILE_STEPS="kernels probes ..." replays only those (CI: the kernels table alone)
   step compile 600 "$PY" "$STEPS" compile "$OUT" --target "$TARGET" ${COMPILE_STEPS:+--steps $COMPILE_STEPS}
-  { echo "## steps (compile-only rehearsal for $TARGET, $(date -u +%FT%TZ))"; cat "$OUT/steps.tmp"; } >> "$OUT/summary.md"
-  rm -f "$OUT/steps.tmp"
+  { echo "## steps (compile-only rehearsal for $TARGET, $(date -u +%FT%TZ))"; cat "$WORK/steps.tmp"; } >> "$OUT/summary.md"
+  rm -f "$WORK/steps.tmp"
   echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
   exit $(( FAILED > 0 ))
 fi
@@ -128,9 +128,9 @@ step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 # stand-in runs the same phase (slots, refills, per-replay checks) on the interpreter.
 for seed in rmsnorm logprobs matmul; do
   step "eval-$seed" 40 "${TIK[@]}" eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
-    --device "$DEVICE" --rounds 5 --graphs --json > "$OUT/eval-$seed.json"
+    --device "$DEVICE" --rounds 5 --graphs --json > "$WORK/eval-$seed.json"
 done
-"$PY" "$STEPS" summarise "$OUT"
+"$PY" "$STEPS" summarise "$OUT" --evals "$WORK"
 
 step optimize 110 "${TIK[@]}" optimize "$WORK/seeds/rmsnorm" --agent offline --iterations 3 --device "$DEVICE" \
   --rounds 3 --run-dir "$WORK/run" > "$OUT/optimize.txt" 2>&1
@@ -138,8 +138,8 @@ step optimize 110 "${TIK[@]}" optimize "$WORK/seeds/rmsnorm" --agent offline --i
 step export 35 bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wheel "$1" "$2" "$4" --site "$5"' \
   "$PY" "$WORK/run" "$WORK/dist" "$STEPS" "$OUT" "$WORK/exported-site"
 
-{ echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$OUT/steps.tmp"; } >> "$OUT/summary.md"
-rm -f "$OUT/steps.tmp"
+{ echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$WORK/steps.tmp"; } >> "$OUT/summary.md"
+rm -f "$WORK/steps.tmp"
 echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 echo "gpu-check: $(grep -c ': exit 0,' "$OUT/summary.md") passed, $FAILED failed"
 exit $(( FAILED > 0 ))

@@ -3,7 +3,7 @@
   env OUT                 versions, device, measured ceilings (device only)  -> OUT/environment.json
   seeds DIR               copies of the bundled seeds (``--small``: smallest shapes for the interpreter)
   probes DIR OUT          bit probes: each seed x each tunable value x M, and an odd-stride row view
-  summarise OUT           eval-*.json -> one evals.json and the table in summary.md
+  summarise OUT [--evals DIR]  eval-*.json (in DIR) -> OUT/evals.json and the table in summary.md
   wheel RUN WHEELDIR OUT  the exported wheel: verify(), torch.compile, a CUDA graph capture (device only)
   compile OUT --target T  the steps' launches compiled for T and run nowhere    -> OUT/compile.json
 
@@ -178,10 +178,12 @@ def cmd_probes(args) -> int:
     from tik_agent.spec.cases import Case, make_inputs
     from tik_agent.spec.schema import load_spec
 
+    import tempfile
+
     device = _device()
     ms = PROBE_M_SMALL if args.small else PROBE_M
-    work = Path(args.out) / ".probe-src"
-    work.mkdir(exist_ok=True)
+    # Outside OUT: a probe step killed by its limit must leave no folder among the results.
+    work = Path(tempfile.mkdtemp(prefix="probe-src-"))
     report = {"device": device, "M": list(ms), "seeds": {}}
     lines = ["## bit probes", f"M in {list(ms)} and an odd-stride row view; each value against the seed's own "
              f"value at the largest M. Columns: same bits as default / batch invariant / odd stride equal.", ""]
@@ -208,6 +210,8 @@ def cmd_probes(args) -> int:
                     entry[dtype] = {"same_bits_as_default": _same(full, expect), "batch_invariant": alone,
                                     "odd_stride_equal": _same(fn(*odd, **spec.kwargs), full)}
         report["seeds"][spec.name] = seed_report
+        # Rewritten as each seed finishes: a step that runs out of time keeps what it probed.
+        _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
         for name, values in seed_report["tunables"].items():
             row = ", ".join(f"{v}: " + " ".join("".join("y" if r[k] else "n" for k in
                             ("same_bits_as_default", "batch_invariant", "odd_stride_equal")) for r in per.values())
@@ -216,9 +220,16 @@ def cmd_probes(args) -> int:
         if device == "cuda":
             torch.cuda.empty_cache()
     shutil.rmtree(work, ignore_errors=True)
-    (Path(args.out) / "probes.json").write_text(json.dumps(report, indent=2))
+    _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
     _summary(Path(args.out), "\n".join(lines))
     return 0
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Written beside, then renamed over: a kill mid-write leaves the previous whole file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _rows(t, spec, i, m):
@@ -231,11 +242,12 @@ def _batched_2d(spec, i, t) -> bool:
 
 def cmd_summarise(args) -> int:
     out = Path(args.out)
+    source = Path(args.evals or args.out)  # the check keeps them in its work folder, not among the results
     evals, lines = {}, ["## seeds against themselves (tik-agent eval)", "",
                         "| seed | cell | shape | seed us | candidate us | ratio | share | launch us | GB/s | % of copy "
                         "| TFLOP/s | % of mm |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     timers = set()
-    for path in sorted(out.glob("eval-*.json")):
+    for path in sorted(source.glob("eval-*.json")):
         seed = path.stem[len("eval-"):]
         try:
             v = json.loads(path.read_text())
@@ -320,57 +332,12 @@ def cmd_wheel(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    """Each step of tik_agent.backends.compile_rehearsal in a process of its own with an empty
-    Triton cache, --jobs at a time; compile.json is rewritten as each step finishes."""
-    import subprocess
-    import tempfile
-    from concurrent.futures import ThreadPoolExecutor
+    """The compile-only replay of the steps (tik_agent.backends.compile_rehearsal.run_steps)."""
+    from tik_agent.backends.compile_rehearsal import run_steps
 
-    from tik_agent.backends.compile_rehearsal import STEPS
-
-    out = Path(args.out)
-    steps = args.steps or list(STEPS)
-    report = {"target": args.target, "steps": [], "kernels": []}
-    work = Path(tempfile.mkdtemp(prefix="compile-"))
-
-    def one(step: str) -> dict:
-        result, log = work / f"{step}.json", work / f"{step}.log"
-        env = dict(os.environ, TRITON_CACHE_DIR=str(work / f"cache-{step}"))
-        env.pop("TRITON_INTERPRET", None)
-        start = time.monotonic()
-        with log.open("w") as f:
-            done = subprocess.run([sys.executable, "-m", "tik_agent.backends.compile_rehearsal", step, str(result),
-                                   "--target", args.target], env=env, stdout=f, stderr=subprocess.STDOUT)
-        row = json.loads(result.read_text()) if done.returncode == 0 and result.exists() else {"step": step}
-        row.update(exit=done.returncode, process_s=round(time.monotonic() - start, 1))
-        if done.returncode:
-            row["error"] = log.read_text()[-400:]
-        return row
-
-    jobs = args.jobs or os.cpu_count() or 1
-    with ThreadPoolExecutor(jobs) as pool:
-        for row in pool.map(one, steps):
-            report["kernels"] += row.pop("kernels", [])
-            report["steps"].append(row)
-            (out / "compile.json").write_text(json.dumps(report, indent=1))
-            print(f"compile {row['step']}: exit {row['exit']}, {row.get('variants', '-')} variants, "
-                  f"{row.get('compile_s', '-')} s compiling, {row['process_s']} s", flush=True)
-    shutil.rmtree(work, ignore_errors=True)
-    lines = [f"## compile-only rehearsal for {args.target} ({jobs} at a time, each step with an empty cache)", "",
-             "| step | launches | variants compiled | compile s | step s | exit |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
-              f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
-    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages |",
-              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
-    lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
-              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} |" for k in report["kernels"]]
-    _summary(out, "\n".join(lines))
-    keys = {"seed", "cell", "kernel", "registers", "spill_bytes", "grid", "num_warps", "num_stages"}
-    malformed = [k for k in report["kernels"] if not keys <= set(k) or not isinstance(k["grid"], list)]
-    if malformed or ("kernels" in steps and not report["kernels"]):
-        print(f"compile: the kernels table lacks {sorted(keys)} in {len(malformed)} rows, or is empty")
-        return 1
-    return 0 if all(r["exit"] == 0 for r in report["steps"]) else 1
+    ok, table = run_steps(Path(args.out), args.target, args.jobs or os.cpu_count() or 1, args.steps)
+    _summary(Path(args.out), table)
+    return 0 if ok else 1
 
 
 def main(argv=None) -> int:
@@ -387,6 +354,7 @@ def main(argv=None) -> int:
     pr.add_argument("--small", action="store_true")
     su = sub.add_parser("summarise")
     su.add_argument("out")
+    su.add_argument("--evals", help="where the eval-SEED.json files are (default: OUT)")
     w = sub.add_parser("wheel")
     w.add_argument("run")
     w.add_argument("wheeldir")

@@ -16,7 +16,8 @@ seconds spent compiling them.
 * ``probes``: each tunable value of each seed, at each probe batch size and an
   odd-stride row view (``scripts/gpu_check_steps.py probes``).
 
-Run as ``python -m tik_agent.backends.compile_rehearsal STEP OUT.json --target sm_90``.
+Run one step as ``python -m tik_agent.backends.compile_rehearsal STEP OUT.json --target sm_90``;
+:func:`run_steps` runs them all (``scripts/gpu_check_steps.py compile``).
 """
 
 from __future__ import annotations
@@ -168,6 +169,59 @@ def run_step(step: str, out: Path, capability: int) -> dict:
                             "num_warps": launch.num_warps} for launch in slowest])
     out.write_text(json.dumps(report, indent=1))
     return report
+
+
+def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None) -> tuple[bool, str]:
+    """Each step in a process of its own with an empty Triton cache, ``jobs`` at a time;
+    ``out/compile.json`` is rewritten as each step finishes.  Whether every step passed and
+    its kernels table is whole, and the tables for ``summary.md``."""
+    import shutil
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    steps = list(steps or STEPS)
+    report: dict = {"target": target, "steps": [], "kernels": []}
+    work = Path(tempfile.mkdtemp(prefix="compile-"))
+
+    def one(step: str) -> dict:
+        result, log = work / f"{step}.json", work / f"{step}.log"
+        env = dict(os.environ, TRITON_CACHE_DIR=str(work / f"cache-{step}"))
+        env.pop("TRITON_INTERPRET", None)
+        start = time.monotonic()
+        with log.open("w") as f:
+            done = subprocess.run([sys.executable, "-m", __name__, step, str(result), "--target", target], env=env,
+                                  stdout=f, stderr=subprocess.STDOUT)
+        row = json.loads(result.read_text()) if done.returncode == 0 and result.exists() else {"step": step}
+        row.update(exit=done.returncode, process_s=round(time.monotonic() - start, 1))
+        if done.returncode:
+            row["error"] = log.read_text()[-400:]
+        return row
+
+    try:
+        with ThreadPoolExecutor(jobs) as pool:
+            for row in pool.map(one, steps):
+                report["kernels"] += row.pop("kernels", [])
+                report["steps"].append(row)
+                (out / "compile.json").write_text(json.dumps(report, indent=1))
+                print(f"compile {row['step']}: exit {row['exit']}, {row.get('variants', '-')} variants, "
+                      f"{row.get('compile_s', '-')} s compiling, {row['process_s']} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = [f"## compile-only rehearsal for {target} ({jobs} at a time, each step with an empty cache)", "",
+             "| step | launches | variants compiled | compile s | step s | exit |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
+              f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
+    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages |",
+              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
+              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} |" for k in report["kernels"]]
+    keys = {"seed", "cell", "kernel", "registers", "spill_bytes", "grid", "num_warps", "num_stages"}
+    malformed = [k for k in report["kernels"] if not keys <= set(k) or not isinstance(k["grid"], list)]
+    whole = not malformed and ("kernels" not in steps or bool(report["kernels"]))
+    if not whole:
+        lines.append(f"\nThe kernels table lacks {sorted(keys)} in {len(malformed)} rows, or is empty.")
+    return whole and all(r["exit"] == 0 for r in report["steps"]), "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
