@@ -50,6 +50,7 @@ from pathlib import Path
 
 from tik_agent.errors import UsageError
 from tik_agent.sandbox import confine, isolation_probe
+from tik_agent.sandbox.environment import scrubbed_environment
 from tik_agent.sandbox.netns import network_isolation_available
 
 log = logging.getLogger(__name__)
@@ -268,8 +269,6 @@ def _bwrap_knows(option: str) -> bool:
 def _probe(isolation: Isolation) -> str | None:
     """Start what a worker starts under ``isolation`` (:mod:`tik_agent.sandbox.isolation_probe`);
     None when it worked, else why not."""
-    from tik_agent.sandbox.process import scrubbed_environment
-
     not_root = isolation.drop_uid or os.geteuid() != 0
     with tempfile.TemporaryDirectory(prefix="tik-probe-") as tmp:
         (Path(tmp) / "probe.py").write_text(isolation_probe.SOURCE)

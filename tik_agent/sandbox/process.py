@@ -34,7 +34,6 @@ import dataclasses
 import logging
 import math
 import os
-import re
 import resource
 import shutil
 import signal
@@ -46,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tik_agent.redaction import SECRET_NAME
 from tik_agent.sandbox import isolation as isolations
+from tik_agent.sandbox.environment import scrubbed_environment  # noqa: F401  (callers import it from here)
 from tik_agent.sandbox.isolation import Isolation, IsolationReport
 from tik_agent.sandbox.netns import load_libc, network_isolation_available, unshare_network
 
@@ -57,13 +56,6 @@ OUTPUT_TAIL_BYTES = 20_000
 REAP_GRACE_SECONDS = 30
 STDOUT_NAME = "sandbox.stdout"
 STDERR_NAME = "sandbox.stderr"
-
-# Copied from the parent's environment when present; nothing else is.
-_INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")
-_FIXED = {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-# Names that look like credentials never reach the child, whoever asks.
-_SECRET_NAME = SECRET_NAME
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -117,32 +109,6 @@ class SandboxResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
-
-
-def scrubbed_environment(extra: Mapping[str, str] | None = None, *, workdir: Path | None = None) -> dict[str, str]:
-    """Build a child environment from nothing but an allowlist.
-
-    Copies PATH, locale and CUDA location variables from ``os.environ``, pins
-    ``OMP_NUM_THREADS=1``, ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED=0``, and
-    when ``workdir`` is given points HOME, TMPDIR and TRITON_CACHE_DIR into it.
-    ``extra`` (e.g. ``{"TRITON_INTERPRET": "1"}``) is added last; a name there that
-    looks like a credential raises ValueError, as does a malformed name or value.
-    """
-    env = {name: os.environ[name] for name in _INHERITED if name in os.environ and not _SECRET_NAME.search(name)}
-    env.setdefault("PATH", _DEFAULT_PATH)
-    env.update(_FIXED)
-    if workdir is not None:
-        root = str(Path(workdir).resolve())
-        env.update(HOME=root, TMPDIR=root, TRITON_CACHE_DIR=os.path.join(root, "triton-cache"))
-    for name, value in (extra or {}).items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"scrubbed_environment: invalid variable name {name!r}")
-        if _SECRET_NAME.search(name):
-            raise ValueError(f"scrubbed_environment: refusing to pass credential-like variable {name}")
-        if not isinstance(value, str) or "\0" in value:
-            raise ValueError(f"scrubbed_environment: value of {name} must be a string without NUL")
-        env[name] = value
-    return env
 
 
 def child_setup(limits: SandboxLimits, libc: ctypes.CDLL | None, isolate_network: bool) -> Callable[[], None]:
