@@ -35,7 +35,8 @@ TARGET=
 while [ $# -gt 0 ]; do
   case $1 in
     --rehearse) REHEARSE=1 ;;
-    --target) TARGET=${2:-}; shift ;;
+    --target) TARGET=${2:-}; shift
+      [ -n "$TARGET" ] || { echo "gpu-check: --target needs a value (sm_90)" >&2; exit 2; } ;;
     *) echo "gpu-check: unknown argument $1 (expected --rehearse, --target sm_90)" >&2; exit 2 ;;
   esac
   shift

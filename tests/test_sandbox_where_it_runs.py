@@ -1,8 +1,10 @@
 """The sandbox where it runs (issue 22, item 4).
 
-* A warm Triton cache copied into the worker's directory stays writable inside: a kernel
+* A warm Triton cache copied into the worker's directory takes new entries inside: a kernel
   the cache lacks compiles there.  Before, the copy was bound read-only (bwrap binds the
   directory's existing entries read-only) and owned by root while the worker ran as nobody.
+  What it holds (the seed's compiled kernels, timed in the candidate's worker) stays as it
+  was copied: no entry can be changed, removed or renamed, nor the cache itself.
 * The isolation probe starts what a worker starts: a mechanism under which the worker
   cannot import the package (installed in a folder its user cannot read) fails its probe
   and the next one is used, with the reason in its notice.
@@ -17,8 +19,16 @@ import pytest
 from tik_agent.sandbox import isolation
 from tik_agent.sandbox.process import SandboxLimits, run_sandboxed, scrubbed_environment
 
-WRITE = ("import os; os.makedirs('triton-cache/new', exist_ok=True); "
-         "open('triton-cache/new/kernel.json', 'w').write('{}'); open('triton-cache/old/entry', 'a').write('more')")
+ADD = ("import os; os.makedirs('triton-cache/new', exist_ok=True); "
+       "open('triton-cache/new/kernel.json', 'w').write('{}')")
+# What a candidate would do to the seed's compiled kernels in the cache: each must fail.
+TAMPER = {
+    "append": "open('triton-cache/old/entry', 'a').write('more')",
+    "replace": "open('triton-cache/old/entry', 'w').write('forged')",
+    "remove": "import os; os.remove('triton-cache/old/entry')",
+    "rename entry": "import os; os.rename('triton-cache/old', 'triton-cache/moved')",
+    "rename cache": "import os; os.rename('triton-cache', 'elsewhere')",
+}
 
 
 def _mechanisms():
@@ -30,31 +40,40 @@ def _mechanisms():
     return found
 
 
-def _run(workdir: Path, iso, writable: tuple[str, ...]) -> int:
-    (workdir / "triton-cache" / "old").mkdir(parents=True)
-    (workdir / "triton-cache" / "old" / "entry").write_text("warm")
-    result = run_sandboxed([sys.executable, "-I", "-c", WRITE], workdir, SandboxLimits(wall_seconds=60),
-                           scrubbed_environment(workdir=workdir), isolation=iso, writable=writable)
+def _run(workdir: Path, iso, program: str, append_only: tuple[str, ...]) -> int:
+    if not (workdir / "triton-cache").exists():
+        (workdir / "triton-cache" / "old").mkdir(parents=True)
+        (workdir / "triton-cache" / "old" / "entry").write_text("warm")
+    result = run_sandboxed([sys.executable, "-I", "-c", program], workdir, SandboxLimits(wall_seconds=60),
+                           scrubbed_environment(workdir=workdir), isolation=iso, append_only=append_only)
     return result.returncode
 
 
+def _protected(iso) -> bool:
+    return iso.mechanism == "bwrap" or iso.drop_uid
+
+
 @pytest.mark.parametrize("iso", _mechanisms())
-def test_the_worker_writes_new_entries_into_the_warm_cache(tmp_path, iso):
+def test_the_worker_adds_entries_to_the_warm_cache_and_changes_none(tmp_path, iso):
+    if not _protected(iso):
+        pytest.skip(f"{iso.mechanism} keeps the caller's uid and view: nothing protects the copy")
     workdir = tmp_path / "box"
     workdir.mkdir()
-    assert _run(workdir, iso, ("triton-cache",)) == 0
+    assert _run(workdir, iso, ADD, ("triton-cache",)) == 0
     assert (workdir / "triton-cache" / "new" / "kernel.json").read_text() == "{}"
-    assert (workdir / "triton-cache" / "old" / "entry").read_text() == "warmmore"
+    for what, program in TAMPER.items():
+        assert _run(workdir, iso, program, ("triton-cache",)) != 0, what
+    assert (workdir / "triton-cache" / "old" / "entry").read_text() == "warm"
 
 
 @pytest.mark.parametrize("iso", _mechanisms())
-def test_without_writable_the_cache_is_read_only_inside(tmp_path, iso):
-    """The negative control: the same program, the cache not named writable."""
-    if not (iso.drop_uid or iso.mechanism == "bwrap"):
+def test_without_append_only_the_cache_takes_no_new_entry(tmp_path, iso):
+    """The negative control: the same program, the cache not named append-only."""
+    if not _protected(iso):
         pytest.skip(f"{iso.mechanism} keeps the caller's uid and view: nothing makes the copy read-only")
     workdir = tmp_path / "box"
     workdir.mkdir()
-    assert _run(workdir, iso, ()) != 0
+    assert _run(workdir, iso, ADD, ()) != 0
     assert not (workdir / "triton-cache" / "new").exists()
 
 
@@ -77,3 +96,22 @@ def test_a_mechanism_whose_worker_cannot_import_the_package_falls_back(tmp_path,
     # The control: the same probe of the real install passes under bwrap.
     monkeypatch.undo()
     assert isolation.best().mechanism == "bwrap" and isolation._probe(isolation.best()) is None
+
+
+def test_the_probe_imports_the_worker_not_only_the_interpreter(tmp_path, monkeypatch):
+    """A package whose worker module cannot be imported: a bare interpreter (the probe
+    before) starts fine under every mechanism, so only a probe that does what a worker
+    does finds that no mechanism can run an evaluation."""
+    import tik_agent
+
+    package = tmp_path / "site" / "tik_agent"
+    shutil.copytree(Path(tik_agent.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "sandbox" / "worker.py").unlink()
+    monkeypatch.setattr(isolation, "_package_root", lambda: str(tmp_path / "site"))
+    isolation.best.cache_clear()
+    try:
+        chosen = isolation.best()
+    finally:
+        isolation.best.cache_clear()
+    assert chosen.mechanism == "process" and not chosen.seccomp and not chosen.landlock, chosen
+    assert "No module named 'tik_agent.sandbox.worker'" in chosen.why, chosen.why

@@ -136,9 +136,11 @@ def _wrap(cls) -> None:
         start = time.perf_counter()
         compiled = original(self, *args, grid=grid, warmup=True, **kwargs)
         seconds = time.perf_counter() - start
-        if compiled is None or warmup or not _STATE.recorders:
+        if compiled is None or warmup:
             return compiled
         grew = len(self.device_caches[0][0]) > known
+        # The grid is evaluated at every launch, as Triton does (a grid callable that raises
+        # fails the launch, and the survey's recording grid sees it), recorder or not.
         launch = Launch(kernel=getattr(self.fn, "__qualname__", "?"), grid=_grid(self, grid, args, kwargs),
                         num_warps=compiled.metadata.num_warps, num_stages=compiled.metadata.num_stages,
                         compiled_s=round(seconds, 4) if grew else 0.0, variant=str(compiled.hash),

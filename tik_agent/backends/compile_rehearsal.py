@@ -10,11 +10,14 @@ seconds spent compiling them.
   cell has a backward), each kernel with its grid, warps, stages and what ptxas
   reports (registers, spill bytes, stack).
 * ``eval-SEED``: what ``tik-agent eval`` of the seed against itself launches in the
-  candidate's worker: every evaluation case as the harness runs it (full batch,
-  again, rows alone, sub-batches), the configuration survey's sizes, and the
-  timed cells.  The seed's worker compiles the same set again in its own cache.
-* ``probes``: each tunable value of each seed, at each probe batch size and an
-  odd-stride row view (``scripts/gpu_check_steps.py probes``).
+  candidate's worker: every fixed evaluation case as the harness runs it (full batch,
+  again, rows alone, sub-batches), the configuration survey's sizes, and the timed
+  cells (not the few cases drawn per evaluation, nor the survey's boundary cases).
+  The seed's worker compiles the same set again in its own cache.
+* ``probes-SEED``: each tunable value of the seed, at each probe batch size and an
+  odd-stride row view (``scripts/gpu_check_steps.py probes``; the check probes the
+  seeds it copies, rmsnorm, logprobs and matmul).  attention's batch is its
+  sequences: at most 4 here, where the check's sizes would be thousands.
 
 Run one step as ``python -m tik_agent.backends.compile_rehearsal STEP OUT.json --target sm_90``;
 :func:`run_steps` runs them all (``scripts/gpu_check_steps.py compile``).
@@ -39,7 +42,7 @@ PROBE_M = (1, 7, 64, 255, 1024, 4096)  # the batch sizes of the check's bit prob
 # each k16 MMA piece accumulates straight into fp32.  matmul's BLOCK_M probes cross the
 # switch from mma.sync (32) to wgmma (64 and 128 with 4 or 8 warps) on sm_90.
 EXTRA_PROBES = {"matmul": {"BLOCK_K": [16, 32, 64]}}
-STEPS = ("kernels", "probes") + tuple(f"eval-{s}" for s in SEEDS)
+STEPS = ("kernels",) + tuple(f"probes-{s}" for s in SEEDS) + tuple(f"eval-{s}" for s in SEEDS)
 
 
 def _spec(name: str):
@@ -86,7 +89,8 @@ def step_eval(name: str) -> None:
     runner = Runner(entry, spec, "cpu")
     for case in evaluation_cases(spec, "cuda"):
         runner.run_case(case)
-    if configs.surveyed(spec):  # the sizes a node surveys, on tensors of this CPU
+    if configs.surveyed(spec):  # the sizes a node surveys (its byte cap), on tensors of this CPU
+        configs.BYTE_CAP["cpu"] = configs.BYTE_CAP["cuda"]  # this process only: it replays a node
         run_survey(spec, entry, [dict(axis, device="cpu")
                                  for axis in configs.survey_plan(spec, "cuda", random.Random(0))])
     for cell in spec.workload_for("cuda"):
@@ -104,23 +108,22 @@ def _cell(spec, cell, entry):
     return fn, _empty(spec, cell.m, cell.dims, cell.dtype)[:count]
 
 
-def step_probes() -> None:
+def step_probes(name: str) -> None:
     """Each tunable value's variant at every probe size, as the check's probes call them."""
-    for name in SEEDS:
-        spec = _spec(name)
-        cell = max(spec.workload_for("cuda"), key=lambda c: c.m)
-        source = spec.source.read_text()
-        with tempfile.TemporaryDirectory() as tmp:
-            for dtype in dict.fromkeys(["float32", cell.dtype]):
-                for tunable, values in {**spec.tunables, **EXTRA_PROBES.get(name, {})}.items():
-                    for value in values:
-                        path = Path(tmp) / f"{name}_{tunable}_{value}.py"
-                        path.write_text(re.sub(rf"^{tunable}\s*=\s*.+$", f"{tunable} = {value!r}", source,
-                                               count=1, flags=re.M))
-                        fn = _entry(spec, path, f"probe_{path.stem}")
-                        for m in (max(PROBE_M),) + PROBE_M:
-                            fn(*_empty(spec, m, cell.dims, dtype), **spec.kwargs)
-                        fn(*_empty(spec, max(PROBE_M), cell.dims, dtype, odd_rows=True), **spec.kwargs)
+    spec = _spec(name)
+    cell = max(spec.workload_for("cuda"), key=lambda c: c.m)
+    source = spec.source.read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in dict.fromkeys(["float32", cell.dtype]):
+            for tunable, values in {**spec.tunables, **EXTRA_PROBES.get(name, {})}.items():
+                for value in values:
+                    path = Path(tmp) / f"{name}_{tunable}_{value}.py"
+                    path.write_text(re.sub(rf"^{tunable}\s*=\s*.+$", f"{tunable} = {value!r}", source,
+                                           count=1, flags=re.M))
+                    fn = _entry(spec, path, f"probe_{path.stem}")
+                    for m in (max(PROBE_M),) + PROBE_M:
+                        fn(*_empty(spec, m, cell.dims, dtype), **spec.kwargs)
+                    fn(*_empty(spec, max(PROBE_M), cell.dims, dtype, odd_rows=True), **spec.kwargs)
 
 
 def _empty(spec, m: int, dims: dict, dtype: str, odd_rows: bool = False) -> list:
@@ -155,8 +158,8 @@ def run_step(step: str, out: Path, capability: int) -> dict:
     with compile_only.recording() as found:
         if step == "kernels":
             step_kernels(report)
-        elif step == "probes":
-            step_probes()
+        elif step.startswith("probes-") and step[len("probes-"):] in SEEDS:
+            step_probes(step[len("probes-"):])
         elif step.startswith("eval-") and step[len("eval-"):] in SEEDS:
             step_eval(step[len("eval-"):])
         else:
@@ -177,7 +180,7 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None)
     its kernels table is whole, and the tables for ``summary.md``."""
     import shutil
     import subprocess
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     steps = list(steps or STEPS)
     report: dict = {"target": target, "steps": [], "kernels": []}
@@ -199,7 +202,8 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None)
 
     try:
         with ThreadPoolExecutor(jobs) as pool:
-            for row in pool.map(one, steps):
+            for done in as_completed([pool.submit(one, step) for step in steps]):
+                row = done.result()
                 report["kernels"] += row.pop("kernels", [])
                 report["steps"].append(row)
                 (out / "compile.json").write_text(json.dumps(report, indent=1))
@@ -210,6 +214,7 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None)
     lines = [f"## compile-only rehearsal for {target} ({jobs} at a time, each step with an empty cache)", "",
              "| step | launches | variants compiled | compile s | step s | exit |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    report["steps"].sort(key=lambda r: steps.index(r["step"]))
     lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
               f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
     lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages |",

@@ -90,9 +90,10 @@ class WorkerBox:
         if proc is None:
             self.forked = False
             (self.dir / REQUEST_FILE).write_text(json.dumps(request))  # a failed fork's worker took it
-            # The cache stays writable inside: a kernel the warm cache lacks compiles there.
+            # New entries only: a kernel the warm cache lacks compiles there, while the seed's
+            # compiled kernels in it (timed in this worker against the candidate) stay as copied.
             proc = run_sandboxed(worker_argv(REQUEST_FILE), self.dir, limits, env, watchdog=watch,
-                                 private=(REQUEST_FILE,), writable=(TRITON_CACHE,) if cache.is_dir() else ())
+                                 private=(REQUEST_FILE,), append_only=(TRITON_CACHE,) if cache.is_dir() else ())
         watch.finish()
         if options.save_cache is not None and proc.returncode == 0 and cache.is_dir():
             _replace_tree(cache, Path(options.save_cache))

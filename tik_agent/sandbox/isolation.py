@@ -127,22 +127,26 @@ class Isolation:
     def report(self) -> IsolationReport:
         return IsolationReport(level_of(self.layers), self.mechanism, self.layers, self.why)
 
-    def prepare(self, workdir: Path, writable: Sequence[str] = ()) -> None:
-        """Make ``workdir``, and everything under its entries named in ``writable``, writable
-        by the uid the program will run as."""
+    def prepare(self, workdir: Path, append_only: Sequence[str] = ()) -> None:
+        """Make ``workdir`` writable by the uid the program will run as, and each directory
+        named in ``append_only`` open to new entries (sticky and world-writable, as /tmp):
+        what is in it stays the caller's, which the dropped uid cannot change or remove."""
         if not self.drop_uid:
             return
         os.chown(workdir, NOBODY, NOBODY)
-        for entry in writable:
-            top = Path(workdir) / entry
-            for path in [top, *top.rglob("*")] if top.is_dir() else [top] if top.exists() else []:
-                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        for entry in append_only:
+            if (Path(workdir) / entry).is_dir():
+                os.chmod(Path(workdir) / entry, 0o1777)
 
-    def wrap(self, argv: Sequence[str], workdir: Path, keep_private: Sequence[str] = ()) -> list[str]:
+    def wrap(self, argv: Sequence[str], workdir: Path, keep_private: Sequence[str] = (),
+             append_only: Sequence[str] = ()) -> list[str]:
         """``argv`` as started under this isolation in ``workdir``.
 
         Entries of ``workdir`` that exist now are the program's inputs and become
-        read-only in the bwrap view, except the names in ``keep_private``.
+        read-only in the bwrap view, except the names in ``keep_private``.  A directory
+        named in ``append_only`` (a warm Triton cache) is bound writable, and each entry
+        already in it read-only: the program adds entries and changes none (under bwrap;
+        elsewhere :meth:`prepare`'s modes are what hold).
         """
         workdir = Path(workdir).resolve()
         argv = list(argv)
@@ -154,8 +158,8 @@ class Isolation:
         if self.drop_uid:
             argv = [_tool("setpriv"), *_SETPRIV, *argv]
         if self.mechanism == "bwrap":
-            return [_tool("bwrap"), *_bwrap_args(workdir, root=os.geteuid() == 0, keep_private=keep_private),
-                    "--", *argv]
+            return [_tool("bwrap"), *_bwrap_args(workdir, root=os.geteuid() == 0, keep_private=keep_private,
+                                                 append_only=append_only), "--", *argv]
         if self.mechanism == "unshare":
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
             return [_tool("unshare"), *user, "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc", "--net",
@@ -214,7 +218,7 @@ def _landlock_paths(workdir: Path, own_proc: bool) -> tuple[list[str], list[str]
     return read, write
 
 
-def _bwrap_args(workdir: Path, *, root: bool, keep_private: Sequence[str]) -> list[str]:
+def _bwrap_args(workdir: Path, *, root: bool, keep_private: Sequence[str], append_only: Sequence[str] = ()) -> list[str]:
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]
     if not root:
@@ -251,7 +255,13 @@ def _bwrap_args(workdir: Path, *, root: bool, keep_private: Sequence[str]) -> li
             bind("--ro-bind", path)
     bind("--bind", str(workdir))
     for entry in sorted(os.listdir(workdir)):
-        if entry not in keep_private:
+        if entry in append_only and (workdir / entry).is_dir():
+            # A mount point of its own (it cannot be renamed away and replaced), writable;
+            # what it holds now read-only, each entry a mount point too.
+            args.extend(["--bind", str(workdir / entry), str(workdir / entry)])
+            for held in sorted(os.listdir(workdir / entry)):
+                args.extend(["--ro-bind", str(workdir / entry / held), str(workdir / entry / held)])
+        elif entry not in keep_private:
             args.extend(["--ro-bind", str(workdir / entry), str(workdir / entry)])
     return args + ["--chdir", str(workdir), "--remount-ro", "/"]
 

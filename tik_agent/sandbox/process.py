@@ -226,7 +226,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 def run_sandboxed(
     argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str],
     *, isolation: Isolation | None = None, watchdog: Callable[[], str | None] | None = None,
-    private: Sequence[str] = (), writable: Sequence[str] = (),
+    private: Sequence[str] = (), append_only: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``argv`` in ``workdir`` under ``limits`` with exactly ``env``; never hangs.
 
@@ -238,8 +238,9 @@ def run_sandboxed(
     stdout and stderr go to ``sandbox.stdout``/``sandbox.stderr`` in ``workdir`` and
     their last 20 kB come back in the result.  ``private`` names files of ``workdir``
     that the child may remove (read before any untrusted code runs, e.g. its request);
-    ``writable`` names entries the child may write into (a warm Triton cache it compiles
-    into): neither is bound read-only, and a writable one is the child's uid's.
+    ``append_only`` names directories the child may add entries to but not change what
+    they hold (a warm Triton cache: a kernel it lacks compiles there, and the seed's
+    binaries in it stay as they are) (:meth:`~tik_agent.sandbox.isolation.Isolation.wrap`).
     ``isolation`` defaults to the strongest
     the machine gives (:func:`tik_agent.sandbox.isolation.best`); files already in
     ``workdir`` are the child's read-only inputs there.  Raises OSError if ``argv``
@@ -257,11 +258,11 @@ def run_sandboxed(
     isolate = iso.mechanism == "process" and network_isolation_available()
     if iso.mechanism == "process":
         iso = dataclasses.replace(iso, namespaces=("net",) if isolate else ())
-    iso.prepare(workdir, writable)
+    iso.prepare(workdir, append_only)
     start = time.monotonic()
     with (workdir / STDOUT_NAME).open("w+b") as out, (workdir / STDERR_NAME).open("w+b") as err:
         proc = subprocess.Popen(
-            iso.wrap(argv, workdir, keep_private=(STDOUT_NAME, STDERR_NAME, *private, *writable)),
+            iso.wrap(argv, workdir, keep_private=(STDOUT_NAME, STDERR_NAME, *private), append_only=append_only),
             cwd=workdir,
             env=dict(env),
             stdin=subprocess.DEVNULL,
