@@ -49,16 +49,18 @@ def _run(workdir: Path, iso, program: str, append_only: tuple[str, ...]) -> int:
     return result.returncode
 
 
-def _protected(iso) -> bool:
-    return iso.mechanism == "bwrap" or iso.drop_uid
+def _box(tmp_path: Path, iso) -> Path:
+    """The worker's directory, for a mechanism that can protect the copy at all."""
+    if not (iso.mechanism == "bwrap" or iso.drop_uid):
+        pytest.skip(f"{iso.mechanism} keeps the caller's uid and view: nothing protects the copy")
+    workdir = tmp_path / "box"
+    workdir.mkdir()
+    return workdir
 
 
 @pytest.mark.parametrize("iso", _mechanisms())
 def test_the_worker_adds_entries_to_the_warm_cache_and_changes_none(tmp_path, iso):
-    if not _protected(iso):
-        pytest.skip(f"{iso.mechanism} keeps the caller's uid and view: nothing protects the copy")
-    workdir = tmp_path / "box"
-    workdir.mkdir()
+    workdir = _box(tmp_path, iso)
     assert _run(workdir, iso, ADD, ("triton-cache",)) == 0
     assert (workdir / "triton-cache" / "new" / "kernel.json").read_text() == "{}"
     for what, program in TAMPER.items():
@@ -69,28 +71,30 @@ def test_the_worker_adds_entries_to_the_warm_cache_and_changes_none(tmp_path, is
 @pytest.mark.parametrize("iso", _mechanisms())
 def test_without_append_only_the_cache_takes_no_new_entry(tmp_path, iso):
     """The negative control: the same program, the cache not named append-only."""
-    if not _protected(iso):
-        pytest.skip(f"{iso.mechanism} keeps the caller's uid and view: nothing makes the copy read-only")
-    workdir = tmp_path / "box"
-    workdir.mkdir()
+    workdir = _box(tmp_path, iso)
     assert _run(workdir, iso, ADD, ()) != 0
     assert not (workdir / "triton-cache" / "new").exists()
 
 
-def test_a_mechanism_whose_worker_cannot_import_the_package_falls_back(tmp_path, monkeypatch):
+def _best_with(tmp_path: Path, monkeypatch, spoil) -> isolation.Isolation:
+    """The mechanism chosen when the package the worker imports is a copy ``spoil`` edited."""
     import tik_agent
 
-    if isolation.best().mechanism != "bwrap" or not isolation.best().drop_uid:
-        pytest.skip("needs bwrap started as root (the worker drops to nobody)")
     package = tmp_path / "site" / "tik_agent"
     shutil.copytree(Path(tik_agent.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
-    package.chmod(0o700)  # as a 0700 install folder: root reads it, nobody does not
+    spoil(package)
     monkeypatch.setattr(isolation, "_package_root", lambda: str(tmp_path / "site"))
     isolation.best.cache_clear()
     try:
-        chosen = isolation.best()
+        return isolation.best()
     finally:
         isolation.best.cache_clear()
+
+
+def test_a_mechanism_whose_worker_cannot_import_the_package_falls_back(tmp_path, monkeypatch):
+    if isolation.best().mechanism != "bwrap" or not isolation.best().drop_uid:
+        pytest.skip("needs bwrap started as root (the worker drops to nobody)")
+    chosen = _best_with(tmp_path, monkeypatch, lambda package: package.chmod(0o700))  # root reads it, nobody not
     assert chosen.mechanism != "bwrap", chosen
     assert "bwrap: exit" in chosen.why and "tik_agent" in chosen.why, chosen.why
     # The control: the same probe of the real install passes under bwrap.
@@ -102,16 +106,6 @@ def test_the_probe_imports_the_worker_not_only_the_interpreter(tmp_path, monkeyp
     """A package whose worker module cannot be imported: a bare interpreter (the probe
     before) starts fine under every mechanism, so only a probe that does what a worker
     does finds that no mechanism can run an evaluation."""
-    import tik_agent
-
-    package = tmp_path / "site" / "tik_agent"
-    shutil.copytree(Path(tik_agent.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "sandbox" / "worker.py").unlink()
-    monkeypatch.setattr(isolation, "_package_root", lambda: str(tmp_path / "site"))
-    isolation.best.cache_clear()
-    try:
-        chosen = isolation.best()
-    finally:
-        isolation.best.cache_clear()
+    chosen = _best_with(tmp_path, monkeypatch, lambda package: (package / "sandbox" / "worker.py").unlink())
     assert chosen.mechanism == "process" and not chosen.seccomp and not chosen.landlock, chosen
     assert "No module named 'tik_agent.sandbox.worker'" in chosen.why, chosen.why
