@@ -244,3 +244,27 @@ def test_the_survey_of_the_rmsnorm_seed_finds_its_regular_grid():
     record = run_survey(spec, load_entry(spec.source, spec, "seed"), [axis])
     found = configs.findings([axis], record)
     assert found.refusal is None and [b.value for b in found.boundaries] == [17]
+
+
+def test_a_launch_described_after_its_kernel_function_changed_names_the_new_one():
+    """The survey caches each kernel's launch layout: the cache must not outlive the
+    kernel's function (a swapped ``fn`` would otherwise keep the first one's name)."""
+    from tik_agent.sandbox.survey import describe
+
+    class Kernel:  # hashable by identity, as a JITFunction is
+        pass
+
+    def first(x, n):
+        pass
+
+    def second(x, n):
+        pass
+
+    kernel = Kernel()
+    kernel.fn = first
+    launch = {"kernel": kernel, "args": (1, 2), "kwargs": {}, "grid": (3,)}
+    before = describe(launch)
+    kernel.fn = second
+    after = describe(launch)
+    assert before[0][0][0].endswith("first") and after[0][0][0].endswith("second"), (before, after)
+    assert before[1] == after[1] == [1, 2, 3]

@@ -58,15 +58,20 @@ def describe(launch: dict) -> tuple[tuple, list[int]]:
     return tuple(structure), numbers
 
 
-_LAYOUTS: dict = {}  # (kernel, positional count, keyword names) -> where each label's value comes from
+_LAYOUTS: dict = {}  # (kernel, its function, positional count, keyword names) -> where each value comes from
 
 
 def _layout(kernel, n_args: int, keywords: tuple) -> tuple[tuple, list[tuple]]:
     """The structure's head and, per parameter and option in order, its label and where
     its value is (``("arg", index)``, ``("kw", name)`` or the default): the same for every
     launch of one kernel with the same argument shape, so worked out once."""
-    key = (kernel, n_args, keywords)
-    found = _LAYOUTS.get(key)
+    # The function too: a kernel object whose ``fn`` were swapped between launches (the static
+    # rules forbid the assignment; this does not rely on them) is another layout, another head.
+    key = (kernel, getattr(kernel, "fn", None), n_args, keywords)
+    try:
+        found = _LAYOUTS.get(key)
+    except TypeError:  # an unhashable kernel object: worked out anew at each launch
+        key, found = None, None
     if found is None:
         fn = getattr(kernel, "fn", None)
         names, constexprs = launches.params(kernel) or ([], frozenset())
@@ -79,7 +84,9 @@ def _layout(kernel, n_args: int, keywords: tuple) -> tuple[tuple, list[tuple]]:
             slots.append((label, "kw", n) if n in keywords else (label, "arg", i) if i < n_args else
                          (label, "default", None))
         slots += [(f"option {k}", "kw", k) for k in sorted(keywords) if k not in names and k not in ("grid", "warmup")]
-        found = _LAYOUTS[key] = head, slots
+        found = head, slots
+        if key is not None:
+            _LAYOUTS[key] = found
     return found
 
 
