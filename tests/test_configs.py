@@ -136,7 +136,11 @@ def test_boundary_cases_lie_on_both_sides_in_the_surveys_dims(tmp_path):
     cases = configs.boundary_cases(spec, plan, found, 5)
     n, m = plan[0]["dims"]["N"], plan[1]["m"]
     assert n in spec.dims["N"] and configs.SURVEY_ROWS[0] <= m <= configs.SURVEY_ROWS[1]
-    assert [(c.m, c.dims["N"]) for c in cases] == [(999, n), (1000, n), (m, 3998), (m, 3999)]
+    # At least CONFIG_ROWS rows a side: one case of 999 rows, ceil(128 / m) of m rows, each of its own data.
+    copies = -(-configs.CONFIG_ROWS["cpu"] // m)
+    assert copies > 1
+    assert [(c.m, c.dims["N"]) for c in cases] == [(999, n), (1000, n)] + [(m, 3998)] * copies + [(m, 3999)] * copies
+    assert len({c.seed for c in cases}) == len(cases)
     assert all(c.origin == "config" and c.runs_once for c in cases)
     assert [c.id for c in cases] == [c.id for c in configs.boundary_cases(spec, plan, found, 5)]
 
