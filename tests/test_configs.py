@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tik_agent.judge import configs
-from tik_agent.judge.config_cases import judge_configurations
+from tik_agent.judge.config_cases import CONFIG_ROWS, boundary_cases, judge_configurations
 from tik_agent.outcomes import Outcome
 
 
@@ -133,16 +133,16 @@ def test_boundary_cases_lie_on_both_sides_in_the_surveys_dims(tmp_path):
     assert [a["dim"] for a in plan] == ["M", "N"] and plan[0]["exhaustive"] == 8193 and plan[1]["high"] == 8192
     assert plan[0]["values"][-1] == 1048576 and len(plan[0]["values"]) > 8193
     found = configs.Findings([configs.Boundary("M", 1000, ""), configs.Boundary("N", 3999, "")])
-    cases = configs.boundary_cases(spec, plan, found, 5)
+    cases = boundary_cases(spec, plan, found, 5)
     n, m = plan[0]["dims"]["N"], plan[1]["m"]
     assert n in spec.dims["N"] and configs.SURVEY_ROWS[0] <= m <= configs.SURVEY_ROWS[1]
     # At least CONFIG_ROWS rows a side: one case of 999 rows, ceil(128 / m) of m rows, each of its own data.
-    copies = -(-configs.CONFIG_ROWS["cpu"] // m)
+    copies = -(-CONFIG_ROWS["cpu"] // m)
     assert copies > 1
     assert [(c.m, c.dims["N"]) for c in cases] == [(999, n), (1000, n)] + [(m, 3998)] * copies + [(m, 3999)] * copies
     assert len({c.seed for c in cases}) == len(cases)
     assert all(c.origin == "config" and c.runs_once for c in cases)
-    assert [c.id for c in cases] == [c.id for c in configs.boundary_cases(spec, plan, found, 5)]
+    assert [c.id for c in cases] == [c.id for c in boundary_cases(spec, plan, found, 5)]
 
 
 def test_the_parent_refuses_a_worker_that_reports_no_survey():

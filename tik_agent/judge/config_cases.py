@@ -1,6 +1,6 @@
 """The configuration survey in an evaluation: its request, and the judgement of its record.
 
-The worker surveys the candidate's launcher and runs a parity case on both sides of
+The worker surveys the candidate's launcher and runs parity cases on both sides of
 every change it finds (:mod:`tik_agent.sandbox.survey`); here the trusted side
 draws the plan from a secret of the evaluation, analyses the record the worker
 left with the same code (:func:`tik_agent.judge.configs.findings`), and has the
@@ -23,6 +23,14 @@ from tik_agent.spec.cases import Case
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
+
+# Rows each side of a boundary is judged on, in cases of other data where one case has fewer.
+# A change of reduction order alters some rows' bits and not others: rare_width_switch's
+# 1024 -> 512 lanes at N = 3999 changed 255 rows of 2000 (measured here), so a side judged on
+# 8 rows let it pass a third of the time.  At that rate 128 rows miss it with odds 3e-8 and
+# 1024 with 1e-61; the interpreter pays about 5-20 ms a row, a GPU next to nothing.
+CONFIG_ROWS = {"cpu": 128, "cuda": 1024}
+
 
 def survey_request(spec: KernelSpec, options: EvalOptions) -> dict | None:
     """The survey's axes and its cases' seed, drawn from a secret of this evaluation;
@@ -47,7 +55,7 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
     if found.refusal is not None:
         return Verdict(Outcome.INTEGRITY_FAILED, f"[config] {found.refusal}", environment=environment)
     known = {c.id for c in cases}
-    new = [c for c in configs.boundary_cases(spec, survey["axes"], found, survey["seed"]) if c.id not in known]
+    new = [c for c in boundary_cases(spec, survey["axes"], found, survey["seed"]) if c.id not in known]
     if found.boundaries:
         log.info("configuration survey: the launch changes at %s; %d boundary cases",
                  ", ".join(f"{b.dim} = {b.value}" for b in found.boundaries), len(new))
@@ -58,3 +66,22 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
                 cases.append(case)
                 expected[case.id] = outputs[case.id].full
     return None
+
+
+def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, seed: int) -> list[Case]:
+    """Parity cases on both sides of every boundary, in the survey's dtype and dims: as
+    many of other data as :data:`CONFIG_ROWS` rows need at that batch."""
+    axes = {a["dim"]: a for a in plan}
+    out: dict[str, Case] = {}
+    rng = random.Random(seed)
+    for b in found.boundaries:
+        axis = axes[b.dim]
+        rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
+        for value in (b.value - 1, b.value):
+            if value < min(axis["values"]):
+                continue
+            m, dims = configs.point_of(axis, value)
+            for _ in range(-(-rows // max(1, m))):
+                case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
+                out.setdefault(case.id, case)
+    return list(out.values())

@@ -7,7 +7,8 @@ every case) escaped parity, so the candidate's launcher runs in a *survey*
 judges, every size of each other dimension up to :data:`EXHAUSTIVE`, and sizes drawn
 from the evaluation's secret beyond, up to the domain's ends; each launch recorded,
 none run.  Where the launch changes along an axis, parity cases on each side judge
-it (``origin="config"``), on :data:`CONFIG_ROWS` rows a side:
+it (``origin="config"``), on
+:data:`~tik_agent.judge.config_cases.CONFIG_ROWS` rows a side:
 
 * each new kernel variant (the tuple of constexprs and options: another compiled
   kernel) at the first size that launches it;
@@ -43,12 +44,6 @@ RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
 BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
 SURVEY_ROWS = (8, 24)  # the batch of a survey along another dimension (drawn), and of its judged cases
 WINDOW = 256          # sizes surveyed one by one after a change past the exhaustive range
-# Rows each side of a boundary is judged on, in cases of other data where one case has fewer.
-# A change of reduction order alters some rows' bits and not others: rare_width_switch's
-# 1024 -> 512 lanes at N = 3999 changed 255 rows of 2000 (measured here), so a side judged on
-# 8 rows let it pass a third of the time.  At that rate 128 rows miss it with odds 3e-8 and
-# 1024 with 1e-61; the interpreter pays about 5-20 ms a row, a GPU next to nothing.
-CONFIG_ROWS = {"cpu": 128, "cuda": 1024}
 
 SKIPPED = "skipped"   # the structure of a size whose inputs passed the byte cap (not called)
 RAISED = '["raised"'  # how the structure of a call that raised begins
@@ -389,21 +384,3 @@ def _too_many(found: list[Boundary]) -> Findings:
     return Findings(refusal=f"the launch changes at {len(unique)} sizes that follow no rule ({shown}, ...): "
                             f"more than the {BOUNDARY_BUDGET} an evaluation judges")
 
-
-def boundary_cases(spec: KernelSpec, plan: list[dict], found: Findings, seed: int) -> list[Case]:
-    """Parity cases on both sides of every boundary, in the survey's dtype and dims: as
-    many of other data as :data:`CONFIG_ROWS` rows need at that batch."""
-    axes = {a["dim"]: a for a in plan}
-    out: dict[str, Case] = {}
-    rng = random.Random(seed)
-    for b in found.boundaries:
-        axis = axes[b.dim]
-        rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
-        for value in (b.value - 1, b.value):
-            if value < min(axis["values"]):
-                continue
-            m, dims = point_of(axis, value)
-            for _ in range(-(-rows // max(1, m))):
-                case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
-                out.setdefault(case.id, case)
-    return list(out.values())

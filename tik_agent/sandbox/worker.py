@@ -232,6 +232,7 @@ def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, resul
     """The configuration survey (:mod:`tik_agent.sandbox.survey`), then a parity case on both
     sides of every change it found; False when the analysis refuses the launcher."""
     from tik_agent.judge import configs
+    from tik_agent.judge.config_cases import boundary_cases
     from tik_agent.sandbox.survey import run_survey
 
     record = run_survey(spec, entry, plan["axes"])
@@ -239,7 +240,7 @@ def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, resul
     found = configs.findings(plan["axes"], record)
     if found.refusal is not None:
         return False
-    for case in configs.boundary_cases(spec, plan["axes"], found, plan["seed"]):
+    for case in boundary_cases(spec, plan["axes"], found, plan["seed"]):
         if case.id in outputs["cases"]:
             continue
         (workdir / CASE_FILE).write_text(case.id)
