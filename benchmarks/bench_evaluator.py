@@ -49,6 +49,7 @@ alternated, and counts the boundary cases the survey added.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
 import sys
@@ -225,8 +226,9 @@ def main_survey(args) -> None:
                 runs[survey].append((time.perf_counter() - start, config))
         each = lambda rs: f"{statistics.median(t for t, _ in rs):.1f} ({', '.join(f'{t:.1f}' for t, _ in rs)})"  # noqa: E731
         ratio = statistics.median(t for t, _ in runs[True]) / statistics.median(t for t, _ in runs[False])
-        print(f"| {name} | {each(runs[False])} | {each(runs[True])} | {ratio:.2f} | {'; '.join(runs[True][0][1])} |",
-              flush=True)
+        points = collections.Counter(runs[True][0][1])  # the first run's: each point and its cases (other data)
+        shown = "; ".join(f"{p} x{n}" if n > 1 else p for p, n in sorted(points.items()))
+        print(f"| {name} | {each(runs[False])} | {each(runs[True])} | {ratio:.2f} | {shown} |", flush=True)
 
 
 def busy_cpu_s() -> float:
