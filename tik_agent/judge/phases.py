@@ -124,7 +124,9 @@ class PhaseWatch:
 
 # The survey phase's limit is derived from this as if it were the seed's time (5x: 300 s): the
 # seed's worker surveys nothing.  Measured at 5-15 s for the bundled seeds' launchers and their
-# boundary cases on the CPU (tik_agent.judge.configs).
+# boundary cases on the CPU (tik_agent.judge.configs); with 128 rows a boundary side, the survey
+# and 38 boundary cases added 15 s to an rmsnorm evaluation (docs/benchmarks.md).  A launcher
+# with the most boundaries (12) at the widest rows could come near the limit on the CPU.
 SURVEY_BASIS_S = 60.0
 
 
