@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from tik_agent.spec.cases import MAX_BATCH, Case
+from tik_agent.spec.cases import MAX_BATCH
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
 

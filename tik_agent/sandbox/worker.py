@@ -229,7 +229,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
 
 
 def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, result: dict) -> bool:
-    """The configuration survey (:mod:`tik_agent.sandbox.survey`), then a parity case on both
+    """The configuration survey (:mod:`tik_agent.sandbox.survey`), then parity cases on both
     sides of every change it found; False when the analysis refuses the launcher."""
     from tik_agent.judge import configs
     from tik_agent.judge.config_cases import boundary_cases
