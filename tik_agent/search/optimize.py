@@ -207,7 +207,8 @@ class Optimizer:
 
     def _acquire(self, ticket: Ticket) -> Slot:
         ticket.enter("waiting")
-        slot = self.executor.acquire()
+        with self.scheduler.turn(ticket):
+            slot = self.executor.acquire()
         ticket.slot = f"{slot.name}@{slot.node}"
         return slot
 

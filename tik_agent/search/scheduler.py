@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import contextmanager
 
 from tik_agent.agents.base import AgentUnavailable
 from tik_agent.run.journal import Journal, attempt_id
@@ -50,6 +51,7 @@ class Scheduler:
         self._agent_failures = 0
         self._propose_s: list[float] = []
         self._paused_until = 0.0
+        self._queued: list[int] = []       # indices of the attempts waiting for a slot
 
     # ------------------------------------------------------------------ tickets
 
@@ -94,6 +96,23 @@ class Scheduler:
                 self.in_flight[aid] = ticket
                 self._journal.append("started", attempt_id=aid, index=index, t=ticket.started)
                 return ticket
+
+    @contextmanager
+    def turn(self, ticket: Ticket):
+        """Slots go to waiting attempts in the order of their index.  A thread that has just
+        released a slot would otherwise take it straight back for its next attempt, ahead
+        of an earlier one already waiting, and draw that attempt's parent without the
+        earlier verdict (seen under load: a0003 drawn from the seed beside a0002's accept)."""
+        with self._cond:
+            self._queued.append(ticket.index)
+            while min(self._queued) != ticket.index and self.stop is None:
+                self._cond.wait(0.5)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._queued.remove(ticket.index)
+                self._cond.notify_all()
 
     def done(self, ticket: Ticket) -> None:
         with self._cond:
