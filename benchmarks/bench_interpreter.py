@@ -39,6 +39,8 @@ HELPERS = {
     "block_type": (tl_core.block_type, "__init__"),
     "tensor": (tl_core.tensor, "__init__"),
     "broadcast": (tl_semantic.TritonSemantic, "broadcast_impl_value"),
+    "bf16_casts": (triton_interpreter, "_convert_float"),
+    "overflow_check": (tl_semantic.TritonSemantic, "binary_op_sanitize_overflow_impl"),
 }
 
 

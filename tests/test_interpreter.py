@@ -332,5 +332,102 @@ def test_every_piece_is_installed_on_the_tritons_it_was_written_against():
     if not triton.__version__.startswith(("3.6.", "3.9.")):
         pytest.skip(f"triton {triton.__version__}: the pieces may be left out here")
     pieces = [triton_interpreter._patch_builtin, triton_interpreter._patch_lang, triton_interpreter._get_np_dtype,
-              core.block_type.__init__, core.tensor.__init__, semantic.TritonSemantic.broadcast_impl_value]
+              core.block_type.__init__, core.tensor.__init__, semantic.TritonSemantic.broadcast_impl_value,
+              triton_interpreter._convert_float, semantic.TritonSemantic.binary_op_sanitize_overflow_impl]
     assert all(getattr(fn, interpreter_speed.MARK, False) for fn in pieces)
+
+
+def _casts():
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    fast = triton_interpreter._convert_float
+    if not hasattr(fast, "__wrapped__"):
+        pytest.skip("the fast casts are left out on this triton")
+    return fast, fast.__wrapped__
+
+
+def test_bf16_widening_gives_the_shipped_bits_for_every_value():
+    """All 65536 bfloat16 words, as a block of two dimensions and as a strided view."""
+    fast, shipped = _casts()
+    words = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
+    for block in (words, words[:, ::3], words[7]):
+        got = fast(block, tl.bfloat16, tl.float32, None)
+        assert got.shape == block.shape and got.dtype == np.uint32
+        assert np.array_equal(got, shipped(block, tl.bfloat16, tl.float32, None))
+    assert fast(words[0, 1:2], tl.bfloat16, tl.float32, None)[0] == 0   # the shipped flush of a subnormal, kept
+
+
+def test_bf16_narrowing_gives_the_shipped_bits():
+    """Random words of every exponent, the edges of each class (zeros, the smallest and
+    largest normals, infinities, NaNs with low and high payloads), and blocks with a
+    subnormal, which go to the shipped function.  (All 2^32 words were compared once on
+    triton 3.6 and 3.9: no difference.)"""
+    fast, shipped = _casts()
+    rng = np.random.default_rng(0)
+    edges = np.array([0, 0x80000000, 0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
+                      0x7F800001, 0x7FC00000, 0xFFFFFFFF, 0x7F80FFFF, 0x3F80FFFF, 0x3F818000], dtype=np.uint32)
+    normal = np.concatenate([edges, rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
+    normal = normal[~(((normal & 0x7F800000) == 0) & ((normal & 0x7FFFFF) != 0))]
+    normal = normal[: len(normal) // 2 * 2]
+    for block in (normal.view(np.float32), normal.view(np.float32).reshape(-1, 2)[:, 1]):
+        assert np.array_equal(fast(block, tl.float32, tl.bfloat16, None), shipped(block, tl.float32, tl.bfloat16, None))
+    subnormals = np.array([0x00500000, 1, 0x80000001, 0x007FFFFF, 0x00400000, 0x3F800000], dtype=np.uint32).view(np.float32)
+    assert np.array_equal(fast(subnormals, tl.float32, tl.bfloat16, None),
+                          shipped(subnormals, tl.float32, tl.bfloat16, None))
+    assert fast(subnormals[:1], tl.float32, tl.bfloat16, None)[0] == 0x20   # the shipped walk's, a shift gives 0x50
+
+
+def test_a_bf16_kernel_gives_the_same_bits_with_the_fast_casts(monkeypatch):
+    """Through a kernel: a bfloat16 load widened, scaled and narrowed, fast and shipped."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    fast, shipped = _casts()
+
+    @triton.jit
+    def scale(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs).to(tl.float32)
+        tl.store(y_ptr + offs, (x * 1.37 + 0.5).to(tl.bfloat16))
+
+    x = torch.randn(4096).mul_(torch.logspace(-30, 30, 4096)).to(torch.bfloat16)
+    outs = []
+    for fn in (fast, shipped):
+        monkeypatch.setattr(triton_interpreter, "_convert_float", fn)
+        y = torch.empty_like(x)
+        scale[(1,)](x, y, BLOCK=4096)
+        outs.append(y.view(torch.int16))
+    assert torch.equal(outs[0], outs[1])
+
+
+@triton.jit
+def _offsets(x_ptr, y_ptr, stride, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    big = i * stride + stride          # int32: wraps for the later lanes
+    tl.store(y_ptr + i, big - tl.load(x_ptr + i))
+
+
+def test_an_unasserted_overflow_check_is_skipped_with_the_same_bits(monkeypatch):
+    """debug off: the wrapped int32 offsets are the shipped ones; debug on: the shipped check
+    runs and its assert fires, with the skip installed as without it."""
+    from triton.language import semantic
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    fast = semantic.TritonSemantic.binary_op_sanitize_overflow_impl
+    if not hasattr(fast, "__wrapped__"):
+        pytest.skip("the overflow-check skip is left out on this triton")
+    x = torch.arange(64, dtype=torch.int32)
+    outs = []
+    for fn in (fast, fast.__wrapped__):
+        monkeypatch.setattr(semantic.TritonSemantic, "binary_op_sanitize_overflow_impl", fn)
+        y = torch.empty_like(x)
+        _offsets[(1,)](x, y, 2**26, BLOCK=64)
+        outs.append(y)
+    assert torch.equal(outs[0], outs[1]) and outs[0].min() < 0 < outs[0].max()   # some lanes wrapped
+    builder = triton_interpreter.interpreter_builder
+    monkeypatch.setattr(builder, "options", triton_interpreter.InterpreterOptions(debug=True))
+    for fn in (fast, fast.__wrapped__):
+        monkeypatch.setattr(semantic.TritonSemantic, "binary_op_sanitize_overflow_impl", fn)
+        with pytest.raises(Exception, match="overflow detected"):
+            _offsets[(1,)](x, torch.empty_like(x), 2**26, BLOCK=64)

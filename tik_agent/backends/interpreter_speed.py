@@ -12,7 +12,9 @@ block shapes only, never on a program's data, so each is computed once and reuse
 * ``block_type.__init__``: a block shape's ints and element count validated once per shape;
 * ``tensor.__init__``: a shape's constexprs built once per shape (they are never mutated);
 * ``broadcast_impl_value``: two blocks of one shape are returned as they came, without the
-  walk over their dimensions that finds nothing to broadcast.
+  walk over their dimensions that finds nothing to broadcast;
+* and what :mod:`tik_agent.backends.interpreter_work` installs: work whose answer is known
+  or unused (bfloat16 casts, overflow checks nobody asserts).
 
 Each replacement keeps what it replaces as ``__wrapped__`` (``benchmarks/bench_interpreter.py``
 swaps them back, and ``tests/test_interpreter.py`` compares bits), and each is left out
@@ -28,9 +30,11 @@ from __future__ import annotations
 import builtins
 import logging
 
+from tik_agent.backends import interpreter_work
+from tik_agent.backends.interpreter_patch import MARK, written_against as _written_against
+
 log = logging.getLogger(__name__)
 
-MARK = "_tik_builtin_names"
 
 
 def install() -> None:
@@ -41,6 +45,7 @@ def install() -> None:
     _install_block_type_cache()
     _install_tensor_shape_cache()
     _install_same_shape_broadcast()
+    interpreter_work.install()
 
 
 def _install_builtin_names_cache() -> None:
@@ -137,15 +142,20 @@ def _install_nested_patch_skip() -> None:
 def _install_dtype_cache() -> None:
     """Speed only: the interpreter's ``_get_np_dtype`` builds its table of numpy dtypes on
     every call (about a twentieth of an interpreted kernel's time); the answer for a Triton
-    type never changes, so it is kept per type."""
+    type never changes, so it is kept per type (a block type's is its element type's)."""
     from triton.runtime import interpreter
 
     original = getattr(interpreter, "_get_np_dtype", None)
     if original is None or getattr(original, MARK, False):
         return
     known: dict = {}
+    block_type = interpreter.tl.block_type
 
     def get_np_dtype(tt_dtype):
+        # A block type is unhashable (it defines __eq__ alone) and maps to its element's dtype,
+        # a pointer's included: the answer of its element type.
+        if isinstance(tt_dtype, block_type):
+            tt_dtype = tt_dtype.element_ty
         try:
             return known[tt_dtype]
         except KeyError:
@@ -168,17 +178,6 @@ _BLOCK_TYPE_CODE = (frozenset({"TypeError", "_unwrap_shape", "element_ty", "isin
 _TENSOR_CODE = (frozenset({"__init__", "constexpr", "dtype", "handle", "is_block", "math", "numel", "prod",
                            "scalar", "shape", "super", "tuple", "type"}),
                 ("Not called by user code.", (), None))
-
-
-def _written_against(fn, *expected: tuple[frozenset, tuple | None]) -> bool:
-    """``fn`` is not ours and its code has one of the ``expected`` (names, constants); None
-    as the constants checks the names alone."""
-    code = getattr(fn, "__code__", None)
-    if code is None or getattr(fn, MARK, False):
-        return False
-    names = frozenset(code.co_names)
-    consts = tuple(c for c in code.co_consts if not hasattr(c, "co_code"))
-    return any(names == want and want_consts in (None, consts) for want, want_consts in expected)
 
 
 def _install_block_type_cache() -> None:
@@ -289,3 +288,4 @@ def _install_same_shape_broadcast() -> None:
     setattr(broadcast_impl_value, MARK, True)
     broadcast_impl_value.__wrapped__ = original
     cls.broadcast_impl_value = broadcast_impl_value
+
