@@ -280,6 +280,46 @@ def test_blocks_of_one_shape_are_broadcast_as_shipped():
     assert _device_function_bits() == shipped
 
 
+
+def test_broadcasts_of_other_shapes_and_splats_are_the_shipped_ones():
+    """Blocks of one rank and other shapes (either side, twice: the second from the memo),
+    blocks and scalars of other dtypes (either side), pointers splat, and the pairs the fast
+    path leaves to the shipped function (ranks that differ, sizes that do not broadcast):
+    each result's type and data are the shipped function's."""
+    from triton.language import semantic
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.activate()
+    fast = semantic.TritonSemantic.broadcast_impl_value
+    if not hasattr(fast, "__wrapped__"):
+        pytest.skip("this triton's broadcast is not the one the fast path was written against")
+    sem = semantic.TritonSemantic(triton_interpreter.interpreter_builder)
+    rng = np.random.default_rng(1)
+
+    def block(shape, dtype=tl.float32, np_dtype=np.float32):
+        data = rng.standard_normal(shape).astype(np_dtype)
+        return tl.tensor(triton_interpreter.TensorHandle(data, dtype), tl.block_type(dtype, list(shape)))
+
+    def scalar(value, dtype, np_dtype):
+        return tl.tensor(triton_interpreter.TensorHandle(np.array(value, np_dtype), dtype), dtype)
+
+    def seen(pair):
+        return [(t.type.name, t.handle.data.dtype, t.handle.data.shape, t.handle.data.tobytes(), t.handle.dtype)
+                for t in pair]
+
+    pairs = [(block((16, 1)), block((1, 8))), (block((1, 8)), block((16, 8))), (block((4, 8)), block((4, 1))),
+             (block((2, 1, 4), tl.int32, np.int32), block((2, 4, 1))),
+             (block((8,)), scalar(3, tl.int32, np.int32)), (scalar(2.5, tl.float16, np.float16), block((4, 4))),
+             (scalar(7, tl.int64, np.int64), block((2, 4), tl.int32, np.int32)),
+             (scalar(4096, tl.pointer_type(tl.float32), np.uint64), block((16,), tl.int32, np.int32)),
+             (block((8,)), block((4, 8))), (block((4, 8)), block((8,)))]
+    for _ in range(2):
+        for lhs, rhs in pairs:
+            assert seen(fast(sem, lhs, rhs)) == seen(fast.__wrapped__(sem, lhs, rhs)), (lhs.type, rhs.type)
+    for op in (fast, fast.__wrapped__):
+        with pytest.raises(ValueError, match="incompatible dimensions at index 1: 8 and 4"):
+            op(sem, block((4, 8)), block((4, 4)))
+
 @triton.jit
 def _shape_probes(out_ptr, BLOCK: tl.constexpr):
     # What the static rules leave to a kernel that wants to know whether two shapes are one

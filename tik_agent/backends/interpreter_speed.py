@@ -258,34 +258,95 @@ def _install_tensor_shape_cache() -> None:
     core.tensor.__init__ = init
 
 
-# broadcast_impl_value's names in triton 3.9 (make_tensor) and 3.6 (tensor).
+# broadcast_impl_value's names in triton 3.9 (make_tensor) and 3.6 (tensor); the interpreter's create_splat's.
 _BROADCAST_NAMES = frozenset({"ValueError", "append", "block_type", "builder", "create_broadcast",
                               "create_expand_dims", "create_splat", "enumerate", "get_block_shapes", "handle",
                               "is_block", "len", "range", "scalar", "str", "tl", "to_ir", "type", "values",
                               "with_element_ty"})
 
 
+_SPLAT_NAMES = frozenset({"TensorHandle", "_get_np_dtype", "block_type", "data", "dtype", "full", "isinstance", "np",
+                          "scalar", "shape", "tl"})
+
+
 def _install_same_shape_broadcast() -> None:
-    """Every binary operation broadcasts its operands first; for two blocks of one shape the
-    shipped function walks their dimensions, builds the result shape and compares it with
-    each operand's (``tl.tuple`` equality), to return both operands unchanged: a quarter of an
-    interpreted rmsnorm.  With the block-type cache, blocks of one shape hold the very same
-    shape object, so that case is recognised by identity and answered at once, as shipped."""
-    from triton.language import semantic
+    """Every binary operation broadcasts its operands first, through the front end: a third
+    of an interpreted attention.  Three cases are answered without the walk, as shipped:
+
+    * two blocks of one shape: with the block-type cache they hold the very same shape
+      object, and are returned unchanged;
+    * two blocks of one rank and other shapes: the result shape of that pair of shape
+      objects is worked out once (the shipped rule: a 1 takes the other side's size, equal
+      sizes stay), and each operand whose shape differs is broadcast to it as shipped;
+    * a block and a scalar: the scalar is splat as shipped, except that the interpreter's
+      ``create_splat``, which reads only its type's shape, gets the block type itself rather
+      than its IR type (the same shape, rebuilt on every call by ``to_ir``).
+
+    Anything else (ranks that differ, sizes that do not broadcast, another builder, shapes
+    that are not ints) goes to the shipped function."""
+    from triton.language import core, semantic
+    from triton.runtime import interpreter
 
     cls = getattr(semantic, "TritonSemantic", None)
     original = getattr(cls, "broadcast_impl_value", None)
-    if not _written_against(original, *((_BROADCAST_NAMES | {maker}, None) for maker in ("make_tensor", "tensor"))):
+    maker = next((m for m in ("make_tensor", "tensor") if _written_against(original, (_BROADCAST_NAMES | {m}, None))),
+                 None)
+    builder_cls = getattr(interpreter, "InterpreterBuilder", None)
+    if maker is None or builder_cls is None:
         log.debug("broadcast_impl_value is not the one its fast path was written against; left as it is")
         return
+    splat_ok = _written_against(getattr(builder_cls, "create_splat", None), (_SPLAT_NAMES, None))
+    block_type = core.block_type
+    pairs: dict[tuple[int, int], tuple] = {}
+
+    def result_shape(ls, rs):
+        """(lhs shape, rhs shape, result dims, lhs changes, rhs changes), or None: shipped."""
+        key = (id(ls), id(rs))
+        known = pairs.get(key)
+        if known is not None and known[0] is ls and known[1] is rs:
+            return known
+        if type(ls) is not core.tuple or type(rs) is not core.tuple or len(ls) != len(rs):
+            return None
+        left, right = tuple(ls.values), tuple(rs.values)
+        if any(type(d) is not int for d in left + right):
+            return None
+        ret = []
+        for a, b in zip(left, right):
+            if a == 1:
+                ret.append(b)
+            elif b == 1 or b == a:
+                ret.append(a)
+            else:
+                return None
+        known = pairs[key] = (ls, rs, tuple(ret), left != tuple(ret), right != tuple(ret))
+        return known
 
     def broadcast_impl_value(self, lhs, rhs):
         lhs_ty, rhs_ty = lhs.type, rhs.type
-        if lhs_ty.is_block() and rhs_ty.is_block() and lhs_ty.shape is rhs_ty.shape:
-            return lhs, rhs
+        lhs_block, rhs_block = lhs_ty.is_block(), rhs_ty.is_block()
+        if lhs_block and rhs_block:
+            if lhs_ty.shape is rhs_ty.shape:
+                return lhs, rhs
+            if type(self.builder) is builder_cls:
+                known = result_shape(lhs_ty.shape, rhs_ty.shape)
+                if known is not None:
+                    make = getattr(self, maker)
+                    if known[3]:
+                        lhs = make(self.builder.create_broadcast(lhs.handle, list(known[2])),
+                                   block_type(lhs_ty.scalar, list(known[2])))
+                    if known[4]:
+                        rhs = make(self.builder.create_broadcast(rhs.handle, list(known[2])),
+                                   block_type(rhs_ty.scalar, list(known[2])))
+                    return lhs, rhs
+        elif lhs_block != rhs_block and splat_ok and type(self.builder) is builder_cls:
+            make = getattr(self, maker)
+            if lhs_block:
+                rhs_ty = lhs_ty.with_element_ty(rhs_ty.scalar)
+                return lhs, make(self.builder.create_splat(rhs_ty, rhs.handle), rhs_ty)
+            lhs_ty = rhs_ty.with_element_ty(lhs_ty.scalar)
+            return make(self.builder.create_splat(lhs_ty, lhs.handle), lhs_ty), rhs
         return original(self, lhs, rhs)
 
     setattr(broadcast_impl_value, MARK, True)
     broadcast_impl_value.__wrapped__ = original
     cls.broadcast_impl_value = broadcast_impl_value
-
