@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tik_agent.judge import configs
-from tik_agent.judge.config_cases import CONFIG_ROWS, boundary_cases, judge_configurations
+from tik_agent.judge.config_cases import CONFIG_CASES_MAX, CONFIG_ROWS, boundary_cases, judge_configurations
 from tik_agent.outcomes import Outcome
 
 
@@ -144,6 +144,25 @@ def test_boundary_cases_lie_on_both_sides_in_the_surveys_dims(tmp_path):
     assert all(c.origin == "config" and c.runs_once for c in cases)
     assert [c.id for c in cases] == [c.id for c in boundary_cases(spec, plan, found, 5)]
 
+
+
+def test_a_gpu_boundary_at_one_row_takes_at_most_the_case_cap(tmp_path):
+    """On a GPU a side needs 1024 rows: ceil(1024 / m) cases of the boundary's batch, capped
+    at CONFIG_CASES_MAX (one-row batches), each with its own data."""
+    from seedutil import small_rmsnorm
+    from tik_agent.spec.schema import load_spec
+
+    spec = load_spec(small_rmsnorm(tmp_path / "r"))
+    plan = configs.survey_plan(spec, "cpu", random.Random(0))
+    gpu = [dict(a, device="cuda") for a in plan]
+    found = configs.Findings([configs.Boundary("M", 2, ""), configs.Boundary("M", 17, "")])
+    cases = boundary_cases(spec, gpu, found, 5)
+    per_batch = {m: sum(c.m == m for c in cases) for m in (1, 2, 16, 17)}
+    assert per_batch == {1: CONFIG_CASES_MAX, 2: CONFIG_CASES_MAX, 16: -(-CONFIG_ROWS["cuda"] // 16),
+                         17: -(-CONFIG_ROWS["cuda"] // 17)}
+    assert len({c.seed for c in cases}) == len(cases)
+    cpu = boundary_cases(spec, plan, found, 5)    # 128 rows: the cap is not reached on the CPU
+    assert {m: sum(c.m == m for c in cpu) for m in (1, 2, 16, 17)} == {1: 128, 2: 64, 16: 8, 17: 8}
 
 def test_the_parent_refuses_a_worker_that_reports_no_survey():
     verdict = judge_configurations(None, {"axes": [], "seed": 0}, {"environment": {}}, [], {}, lambda new: {})

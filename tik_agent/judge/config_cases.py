@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # 8 rows let it pass a third of the time.  At that rate 128 rows miss it with odds 3e-8 and
 # 1024 with 1e-61; the interpreter pays about 5-20 ms a row, a GPU next to nothing.
 CONFIG_ROWS = {"cpu": 128, "cuda": 1024}
+# Cases a side at most: a boundary at a batch of one row would otherwise take 1024 cases on a
+# GPU, each a launch of the candidate and of the seed with its own inputs and digests.  128
+# one-row cases miss that 255-in-2000 change with odds 3e-8, as 128 rows do on the CPU.
+CONFIG_CASES_MAX = 128
 
 
 def survey_request(spec: KernelSpec, options: EvalOptions) -> dict | None:
@@ -70,7 +74,8 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
 
 def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, seed: int) -> list[Case]:
     """Parity cases on both sides of every boundary, in the survey's dtype and dims: as
-    many of other data as :data:`CONFIG_ROWS` rows need at that batch."""
+    many of other data as :data:`CONFIG_ROWS` rows need at that batch, at most
+    :data:`CONFIG_CASES_MAX`."""
     axes = {a["dim"]: a for a in plan}
     out: dict[str, Case] = {}
     rng = random.Random(seed)
@@ -81,7 +86,7 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, 
             if value < min(axis["values"]):
                 continue
             m, dims = configs.point_of(axis, value)
-            for _ in range(-(-rows // max(1, m))):
+            for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, m)))):
                 case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
                 out.setdefault(case.id, case)
     return list(out.values())
