@@ -11,8 +11,9 @@ block shapes only, never on a program's data, so each is computed once and reuse
 * ``_get_np_dtype``: the numpy dtype kept per Triton type;
 * ``block_type.__init__``: a block shape's ints and element count validated once per shape;
 * ``tensor.__init__``: a shape's constexprs built once per shape (they are never mutated);
-* ``broadcast_impl_value``: two blocks of one shape are returned as they came, without the
-  walk over their dimensions that finds nothing to broadcast;
+* ``broadcast_impl_value``: two blocks of one shape are returned as they came, a pair of
+  other shapes' result is worked out once, and a scalar is splat without rebuilding its
+  block type through ``to_ir``;
 * and what :mod:`tik_agent.backends.interpreter_work` installs: work whose answer is known
   or unused (bfloat16 casts, overflow checks nobody asserts).
 
