@@ -185,8 +185,9 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
     labels = _labels(structure)
     fixed = [i for i, label in enumerate(labels) if label.startswith(("constexpr ", "option "))]
     out = []
-    for v in segment:
-        variant = (structure, tuple(_get(lookup, v)[1][i] for i in fixed))
+    rows = [_get(lookup, v)[1] for v in segment]  # each point read once (every one was read before)
+    for v, row in zip(segment, rows):
+        variant = (structure, tuple(row[i] for i in fixed))
         if variant not in variants:
             if variants and v != segment[0]:
                 out.append(Boundary(dim, v, "another kernel variant (constexprs or options " +
@@ -194,7 +195,7 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
             variants.add(variant)
     if len(segment) < 2:
         return out
-    series = list(zip(*(_get(lookup, v)[1] for v in segment)))
+    series = list(zip(*rows))
     for index, numbers in enumerate(series):
         if index in fixed or _affine(segment, numbers):
             continue
@@ -310,8 +311,9 @@ def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
     segment = segment[next((i for i in range(len(segment) - 1, 0, -1)
                             if segment[i] - segment[i - 1] != 1), 0):]
     rules = []
+    rows = [_get(lookup, v)[1] for v in segment]  # each point read once, not once per number
     for index, value in enumerate(end[1]):
-        ys = tuple(_get(lookup, v)[1][index] for v in segment)
+        ys = tuple(row[index] for row in rows)
         if _affine(segment, ys):
             rules.append(lambda x, y=ys[-1], s=ys[1] - ys[0], e=segment[-1]: y + s * (x - e))
             continue

@@ -69,7 +69,10 @@ def worker_argv(request: str) -> list[str]:
     import tik_agent
 
     root = str(Path(tik_agent.__file__).resolve().parents[1])
-    boot = (f"import sys; sys.path.insert(0, {root!r}); "
+    # The cyclic collector is off while torch and Triton are imported (a seventh of their
+    # import time here: every collection walks the objects the imports made so far) and back
+    # on before anything is loaded from the sandbox directory (:func:`_run`).
+    boot = (f"import gc; gc.disable(); import sys; sys.path.insert(0, {root!r}); "
             "from tik_agent.sandbox.worker import main; sys.exit(main(sys.argv[1:]))")
     return [sys.executable, "-I", "-c", boot, request]
 
@@ -145,6 +148,9 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
 
         nvml.preload()
     result["environment"] = devices.environment(device)
+    import gc
+
+    gc.enable()  # off since the boot line (worker_argv): the imports are done
     spec = load_spec(workdir / request["spec_dir"])
     launches.install()
     if request.get("guard", True):
