@@ -36,7 +36,7 @@ def candidate(launcher_body: str, module: str = "") -> str:
 
 
 def test_corpus_is_present() -> None:
-    assert len(LEGIT) == 3
+    assert len(LEGIT) == 4
     assert len(EXPLOITS) >= 25
 
 
@@ -509,3 +509,49 @@ def run(x, bias=None):
 '''
     rules = {v.rule for v in check_source(source, "k.py")}
     assert ("kernel-identity" in rules) is refused, rules
+
+
+@pytest.mark.parametrize("line, refused", [
+    # Flows a kernel needs: masks, loop bounds, tile counts, grouped orders, data arithmetic.
+    ("y = tl.where(offs < n, a / n, a)", False),
+    ("y = a * tl.cdiv(n, BLOCK) + (tl.program_id(0) % (n * 2))", False),
+    ("y = tl.where(a < n, a, 0.0)", False),                # a bound check of loaded data
+    ("y = _pick(offs, n)", False),                          # the helper's parameter holds an index
+    ("y = a\n    for t in range(tl.program_id(0), n, tl.num_programs(0)):\n        y += 1.0", False),
+    ("y = a * 2 if CHOSEN else a", False),                  # a constexpr: the launch's own choice
+    # Switches on run-time arguments alone.
+    ("y = tl.where(n % 7 == 3, a * 2, a)", True),
+    ("y = a * 2 if n > 64 else a", True),
+    ("y = a * (n // 4096)", True),
+    ("y = a * tl.minimum(n, 1)", True),
+    ("y = _pick(n, n)", True),    # the helper compares two sizes here, an index and a size below
+    ("y = a\n    while n > 8:\n        y = y * 2\n        n = n // 2", True),
+    ("y = a * 2 if tl.num_programs(0) > 4 else a", True),   # the grid is a function of the sizes
+])
+def test_a_kernel_never_switches_on_its_run_time_arguments_alone(line, refused) -> None:
+    source = f'''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pick(i, limit):
+    return tl.where(i < limit, 1.0, 0.0)
+
+
+@triton.jit
+def _k(x_ptr, n, BLOCK: tl.constexpr, CHOSEN: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    {line}
+    tl.store(x_ptr + offs, y + _pick(offs, n), mask=offs < n)
+
+
+def run(x):
+    _k[(1,)](x, x.numel(), BLOCK=16, CHOSEN=x.numel() > 8)
+    return x
+'''
+    rules = {v.rule for v in check_source(source, "k.py")}
+    assert ("size-switch" in rules) is refused, rules
+    assert rules <= {"size-switch"}, rules

@@ -28,7 +28,7 @@ import logging
 
 from tik_agent import pyparse
 from tik_agent.plaintext import plain
-from tik_agent.sandbox.static import rules_api, rules_host, rules_state  # noqa: F401  (they register the rules)
+from tik_agent.sandbox.static import rules_api, rules_flow, rules_host, rules_state  # noqa: F401  (they register the rules)
 from tik_agent.sandbox.static.context import build_context
 from tik_agent.sandbox.static.infer import infer
 from tik_agent.sandbox.static.registry import RULES, Rule, Violation
