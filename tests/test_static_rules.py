@@ -36,7 +36,7 @@ def candidate(launcher_body: str, module: str = "") -> str:
 
 
 def test_corpus_is_present() -> None:
-    assert len(LEGIT) == 4
+    assert len(LEGIT) == 12
     assert len(EXPLOITS) >= 25
 
 
@@ -514,6 +514,7 @@ def run(x, bias=None):
 @pytest.mark.parametrize("line, refused", [
     # Flows a kernel needs: masks, loop bounds, tile counts, grouped orders, data arithmetic.
     ("y = tl.where(offs < n, a / n, a)", False),
+    ("y = a * (1.0 / n)", False),                           # a reciprocal, precomputed
     ("y = a * tl.cdiv(n, BLOCK) + (tl.program_id(0) % (n * 2))", False),
     ("y = tl.where(a < n, a, 0.0)", False),                # a bound check of loaded data
     ("y = _pick(offs, n)", False),                          # the helper's parameter holds an index
@@ -522,7 +523,8 @@ def run(x, bias=None):
     # Switches on run-time arguments alone.
     ("y = tl.where(n % 7 == 3, a * 2, a)", True),
     ("y = a * 2 if n > 64 else a", True),
-    ("y = a * (n // 4096)", True),
+    ("y = a * (n >> 12)", True),
+    ("y = a * (n // 4096) + a * (n % 64)", False),           # by a constant: a hand-written cdiv
     ("y = a * tl.minimum(n, 1)", True),
     ("y = _pick(n, n)", True),    # the helper compares two sizes here, an index and a size below
     ("y = a\n    while n > 8:\n        y = y * 2\n        n = n // 2", True),

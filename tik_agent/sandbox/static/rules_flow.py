@@ -12,27 +12,40 @@ cannot see it, and parity judges it only at the sizes the grid happens to draw.
 Such a choice belongs on the host, as a constexpr the launcher passes, where the
 survey judges every launch it makes.
 
-Each value of a kernel body gets the set of sources it is computed from (flow-
-insensitive: a name holds everything the function ever binds to it):
+Every value of a body gets what it is computed from (flow-insensitive: a name
+holds all its bindings): sizes (the run-time parameters of a kernel the host
+launches, or of one whose name is used any other way than a direct call from a
+kernel body, and ``tl.num_programs``), an index or loaded data (``tl.program_id``,
+``tl.arange``, loop variables, ``tl.load``, atomics), constants.  A binding inside
+a loop also takes the loop's bounds (a counter only ever given constants still
+counts a size's iterations).  A helper is read once per set of sources its callers
+pass (a helper given an index at one site and two sizes at another is a switch at
+the second); constexpr annotations of a helper count for nothing (Triton passes a
+called helper what its caller has); a function handed to ``tl.reduce`` or
+``tl.associative_scan`` combines data; arguments unpacked into a helper are
+refused.
 
-* ``size``: a run-time parameter of a launched kernel, and ``tl.num_programs``;
-* ``index``: ``tl.program_id``, ``tl.arange`` and loop variables;
-* ``data``: what ``tl.load`` (or an atomic) returns;
-* ``const``: literals, constexpr parameters, module constants, dtypes, ``tl.zeros``.
-
-A helper's parameters take the sources of every argument its callers pass.  A value
-whose sources are ``size`` and constants alone may be built only with ``+``, ``-``,
-``*``, ``tl.cdiv`` and casts (what a tile count or an offset needs); anything else
-that yields such a value (a comparison, ``and``/``or``/``not``, ``%``, ``//``,
-``/``, shifts and bitwise operators, ``min``/``max``/``where`` and the other DSL
-functions) and any ``if``, ``while`` or conditional expression whose test is such a
-value is refused.  Comparisons with an index (``offs < N``) or with loaded data
-(``t < V``) are masks and bounds checks, and stay allowed.
+A value of sizes and constants alone may be built with ``+``, ``-``, ``*``, ``/``,
+``//`` and ``%`` by a constant, ``tl.cdiv``, casts, ``range`` and hints
+(``multiple_of``, ``max_contiguous``, ``assume``).  Refused: a comparison,
+``and``/``or``/``not``, ``~``, shifts and bitwise operators, ``**``, ``//`` or ``%``
+by a size, ``min``/``max``/``where`` or any other DSL function that yields such a
+value; a cast of one to ``int1``, ``int8`` or ``int16`` (a truncation is a flag),
+or to an integer type from a value with ``/`` in it (a floor); and any ``if``,
+``while`` or conditional expression whose test is such a value.  Comparisons with
+an index (``offs < N``) or with loaded data (``t < V``) are masks and bounds
+checks, and stay allowed.  When the analysis does not settle within its limits,
+the file is refused.
 
 What this does not stop: a size mixed with an index or loaded data in a way that
 leaves its value (``pid * 0 + M``, ``tl.where(offs < 0, x, M)``, a load's ``other``
-under an empty mask, a loop ``for m in range(M, M + 1)``), and switches on loaded
-values (docs/static-rules.md).
+under an empty mask, ``(M, pid)[0]``, a loop ``for m in range(M, M + 1)``); a name
+bound to a size, tested, then bound to data (``w = N``, ``if w > 3000``, ``w =
+tl.load(...)``: a name holds all its bindings); a trip count that is a flag
+(``range(tl.cdiv(N, 3001) - 1)``, a loop that runs zero times or once); ``.dtype``
+of a run-time argument (Triton types an int argument int64 only from 2**31); and
+switches on loaded values.  Refused though honest: a counter in a loop over sizes
+compared with a size (``if ki == k_tiles - 1``), and ``while off < N`` loops.
 """
 
 from __future__ import annotations
@@ -43,16 +56,23 @@ from collections.abc import Iterator
 from tik_agent.sandbox.static.context import Context
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
-SIZE, INDEX, DATA, CONST = "size", "index", "data", "const"
-_INDEX_CALLS = frozenset({"program_id", "arange"})
+S, X, C = "S", "X", "C"  # sizes; an index or loaded data; constants
+NONE: frozenset = frozenset()  # nothing yet (a name before its binding is reached)
+SIZE, OTHER, CONST = frozenset({S}), frozenset({X}), frozenset({C})
+_INDEX_CALLS = frozenset({"program_id", "arange", "load"})  # and atomic_*: an index or loaded data
 _SIZE_SOURCES = frozenset({"num_programs"})  # the grid: a function of the sizes, the same in every program
-_DATA_CALLS = frozenset({"load"})
 _CONST_CALLS = frozenset({"zeros", "zeros_like"})
-# What may build a value of sizes and constants alone: a tile count, an offset, a cast, a loop.
-_SIZE_OPS = (ast.Add, ast.Sub, ast.Mult)
-_SIZE_CALLS = frozenset({"cdiv", "to", "cast", "multiple_of", "max_contiguous", "range", "static_range",
+_SIZE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+_BY_CONSTANT = (ast.FloorDiv, ast.Mod)
+_SIZE_CALLS = frozenset({"cdiv", "to", "cast", "multiple_of", "max_contiguous", "assume", "range", "static_range",
                          "num_programs"})
-_ROUNDS = 20  # passes to a fixed point: each adds sources, and there are four
+_CASTS = frozenset({"to", "cast"})
+_NARROW = frozenset({"int1", "int8", "int16", "uint8", "uint16"})
+_COMBINERS = frozenset({"reduce", "associative_scan"})
+_UNPACKS = "unpacks"
+_ROUNDS = 40      # passes to a fixed point; one that does not settle is refused
+_CONTEXTS = 256   # contexts per file; more is refused
+Key = tuple       # (kernel name, what each parameter may be): one context of a body
 
 
 def _dsl_name(ctx: Context, func: ast.expr) -> str | None:
@@ -65,122 +85,149 @@ def _dsl_name(ctx: Context, func: ast.expr) -> str | None:
     return None
 
 
-def _constexprs(ctx: Context, fn: ast.FunctionDef) -> set[str]:
-    params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
-    return {a.arg for a in params if a.annotation is not None
-            and (ctx.resolve(a.annotation) or "").endswith("constexpr")}
-
-
 def _params(fn: ast.FunctionDef) -> list[str]:
     return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
 
 
-Key = tuple  # (kernel name, the sources of each run-time parameter): one context of a body
-_CONTEXTS = 64  # contexts per file at most; past it, a helper's callers share one (their union)
+def _combine(parts: list[frozenset]) -> frozenset:
+    """What a value made of ``parts`` is computed from: all of it."""
+    return frozenset().union(*parts)
+
+
+class TooComplex(Exception):
+    pass
 
 
 class _Flow:
-    """The sources of every value of every kernel body in the file, per context: a helper
-    is read once for each set of sources its callers pass (a helper called with an index at
-    one site and with two sizes at another is a switch at the second)."""
-
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.kernels = {fn.name: fn for fn in ctx.jit_functions}
-        self.constexprs = {name: _constexprs(ctx, fn) for name, fn in self.kernels.items()}
-        self.params = {name: [p for p in _params(fn) if p not in self.constexprs[name]]
-                       for name, fn in self.kernels.items()}
-        called = {n.func.id for fn in ctx.jit_functions for n in ast.walk(fn)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.kernels}
-        launched = {n.value.id for n in ctx.host_nodes()
-                    if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in self.kernels}
-        self.env: dict[Key, dict[str, set[str]]] = {}
-        self.returns: dict[Key, set[str]] = {}
-        # A kernel the host launches (or that no kernel calls) gets sizes in every run-time parameter.
-        for name in self.kernels:
-            if name in launched or name not in called:
-                self._context(name, tuple(frozenset({SIZE}) for _ in self.params[name]))
+        self.env: dict[Key, dict[str, frozenset]] = {}
+        self.returns: dict[Key, frozenset] = {}
+        self.loops = {id(n): loops for fn in ctx.jit_functions for n, loops in _with_loops(fn)}
+        direct, combined = set(), {}
+        for fn in ctx.jit_functions:
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.kernels:
+                    direct.add(id(n.func))
+                elif isinstance(n, ast.Call) and _dsl_name(ctx, n.func) in _COMBINERS:
+                    fn_arg = n.args[2] if len(n.args) > 2 else next(
+                        (k.value for k in n.keywords if k.arg == "combine_fn"), None)
+                    if isinstance(fn_arg, ast.Name) and fn_arg.id in self.kernels:
+                        combined[id(fn_arg)] = fn_arg.id
+        escaped = {n.id for n in ctx.nodes if isinstance(n, ast.Name) and n.id in self.kernels
+                   and id(n) not in direct and id(n) not in combined}
+        called = {n.id for n in ctx.nodes if isinstance(n, ast.Name) and id(n) in direct}
+        # Names a body binds: read before their binding is reached, they are nothing yet.
+        self.local = {name: {n.id for node in ast.walk(fn) for target, _ in _bindings(node)
+                             for n in ast.walk(target) if isinstance(n, ast.Name)}
+                      for name, fn in self.kernels.items()}
+        for name, fn in self.kernels.items():
+            constexprs = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+                          if a.annotation is not None and (ctx.resolve(a.annotation) or "").endswith("constexpr")}
+            # Launched, used as a value, or never called: every run-time parameter a size.
+            if name in escaped or (name not in called and name not in combined.values()):
+                self._context(name, tuple(CONST if p in constexprs else SIZE for p in _params(fn)))
+        for name in set(combined.values()):
+            self._context(name, tuple(OTHER for _ in _params(self.kernels[name])))
         for _ in range(_ROUNDS):
             if not self._pass():
-                break
+                return
+        raise TooComplex("the flow analysis did not settle")
 
     def _context(self, name: str, signature: tuple) -> Key:
         key = (name, signature)
         if key not in self.env:
-            if len(self.env) >= _CONTEXTS:  # one shared context: the union of what callers pass
-                key = (name, None)
-                self.env.setdefault(key, {p: set() for p in self.params[name]})
-                for p, got in zip(self.params[name], signature):
-                    self.env[key][p] |= got
-            else:
-                self.env[key] = {p: set(got) for p, got in zip(self.params[name], signature)}
-            self.returns.setdefault(key, set())
+            if len(self.env) >= _CONTEXTS:
+                raise TooComplex(f"more than {_CONTEXTS} ways of calling the file's kernels")
+            self.env[key] = dict(zip(_params(self.kernels[name]), signature))
+            self.returns[key] = NONE
         return key
 
     def contexts(self) -> list[Key]:
         return list(self.env)
 
+    def _state(self) -> tuple:
+        return (len(self.env), sum(len(k) for e in self.env.values() for k in e.values()),
+                sum(len(e) for e in self.env.values()), sum(len(r) for r in self.returns.values()))
+
     def _pass(self) -> bool:
-        before = (len(self.env), sum(len(v) for e in self.env.values() for v in e.values()),
-                  sum(len(r) for r in self.returns.values()))
+        before = self._state()
         for key in self.contexts():
             env, fn = self.env[key], self.kernels[key[0]]
             for node in ast.walk(fn):
                 if node is fn:
                     continue
                 for target, value in _bindings(node):
-                    got = {INDEX} if value is None else self.sources(key, value)
+                    got = OTHER if value is None else _combine(
+                        [self.kinds(key, value), *(self.kinds(key, h) for h in self.loops.get(id(node), ()))])
                     for n in ast.walk(target):
                         if isinstance(n, ast.Name):
-                            env.setdefault(n.id, set()).update(got)
+                            env[n.id] = env.get(n.id, NONE) | got
                 if isinstance(node, ast.Return) and node.value is not None:
-                    self.returns[key] |= self.sources(key, node.value)
-        after = (len(self.env), sum(len(v) for e in self.env.values() for v in e.values()),
-                 sum(len(r) for r in self.returns.values()))
-        return after != before
+                    self.returns[key] = self.returns[key] | self.kinds(key, node.value)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.kernels:
+                    self.kinds(key, node)  # every call's context, wherever the call stands
+        return self._state() != before
 
-    def _call(self, key: Key, call: ast.Call) -> set[str]:
+    def _call(self, key: Key, call: ast.Call) -> frozenset:
         """A helper's return in the context its arguments make here."""
         callee = call.func.id
-        passed = dict(zip(_params(self.kernels[callee]), call.args))
-        passed.update((k.arg, k.value) for k in call.keywords if k.arg)
-        signature = tuple(frozenset(self.sources(key, passed[p])) if p in passed else frozenset({CONST})
-                          for p in self.params[callee])
+        params = _params(self.kernels[callee])
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            every = frozenset().union(*(self.kinds(key, a) for a in [*call.args, *(k.value for k in call.keywords)]))
+            signature = tuple(every for _ in params)
+        else:
+            passed = dict(zip(params, call.args))
+            passed.update((k.arg, k.value) for k in call.keywords)
+            signature = tuple(self.kinds(key, passed[p]) if p in passed else CONST for p in params)
         return self.returns[self._context(callee, signature)]
 
-    def sources(self, key: Key, node: ast.AST) -> set[str]:
-        """What ``node`` in the body of context ``key`` is computed from."""
-        fn = key[0]
+    def kinds(self, key: Key, node: ast.AST) -> frozenset:
+        """What ``node`` in the body of context ``key`` may be made of, without an index or data."""
         if isinstance(node, ast.Constant):
-            return {CONST}
+            return CONST
         if isinstance(node, ast.Name):
-            if node.id in self.constexprs[fn]:
-                return {CONST}
-            return set(self.env[key].get(node.id, {CONST}))  # module constants, tl, kernels
+            env = self.env[key]
+            if node.id in env:
+                return env[node.id]
+            return NONE if node.id in self.local[key[0]] else CONST  # module constants, tl, kernels
         if isinstance(node, ast.Attribute):
-            return {CONST} if node.attr in ("dtype", "element_ty", "shape") else self.sources(key, node.value)
+            return CONST if node.attr in ("dtype", "element_ty", "shape") else self.kinds(key, node.value)
+        if isinstance(node, ast.Starred):
+            return self.kinds(key, node.value)
         if isinstance(node, ast.Call):
-            name = _dsl_name(self.ctx, node.func)
-            if name in _INDEX_CALLS:
-                return {INDEX}
+            name = _dsl_name(self.ctx, node.func) or ""
+            if name in _INDEX_CALLS or name.startswith("atomic_"):
+                return OTHER
             if name in _SIZE_SOURCES:
-                return {SIZE}
-            if name in _DATA_CALLS or (name or "").startswith("atomic_"):
-                return {DATA}
+                return SIZE
             if name in _CONST_CALLS:
-                return {CONST}
-            out = self.sources(key, node.func.value) if isinstance(node.func, ast.Attribute) else set()
+                return CONST
             if isinstance(node.func, ast.Name) and node.func.id in self.kernels:
-                out |= self._call(key, node)
-            for arg in [*node.args, *(k.value for k in node.keywords)]:
-                out |= self.sources(key, arg)
-            return out or {CONST}
+                return self._call(key, node)
+            parts = [self.kinds(key, node.func.value)] if isinstance(node.func, ast.Attribute) else []
+            parts += [self.kinds(key, a) for a in [*node.args, *(k.value for k in node.keywords)]]
+            return _combine(parts) if parts else CONST
         if isinstance(node, (ast.Slice, ast.expr_context)):
-            return set()
-        out: set[str] = set()
+            return CONST
+        parts = [self.kinds(key, child) for child in ast.iter_child_nodes(node)]
+        return _combine(parts) if parts else CONST
+
+
+def _with_loops(fn: ast.FunctionDef) -> Iterator[tuple[ast.AST, tuple]]:
+    """Each binding node of ``fn`` with the headers of the loops around it (a ``for``'s
+    iterable, a ``while``'s test)."""
+    def walk(node: ast.AST, headers: tuple):
         for child in ast.iter_child_nodes(node):
-            out |= self.sources(key, child)
-        return out or {CONST}
+            inner = headers
+            if isinstance(node, ast.For) and child in node.body:
+                inner = headers + (node.iter,)
+            elif isinstance(node, ast.While) and child in node.body:
+                inner = headers + (node.test,)
+            yield child, inner
+            yield from walk(child, inner)
+    yield from walk(fn, ())
 
 
 def _bindings(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr | None]]:
@@ -189,56 +236,90 @@ def _bindings(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr | None]]:
         for target in node.targets:
             yield target, node.value
     elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-        yield node.target, node.value
-        if isinstance(node, ast.AugAssign):
-            yield node.target, node.target  # x += y keeps what x had
-    elif isinstance(node, ast.For):
-        yield node.target, None
-        yield node.target, node.iter  # a loop over sizes alone (range(M, M + 1)) keeps them
-    elif isinstance(node, ast.comprehension):
+        yield node.target, ast.BinOp(node.target, node.op, node.value) if isinstance(node, ast.AugAssign) \
+            else node.value
+    elif isinstance(node, (ast.For, ast.comprehension)):
         yield node.target, None
 
 
-def _size_only(got: set[str]) -> bool:
-    return SIZE in got and got <= {SIZE, CONST}
+def _sizes(got: frozenset) -> bool:
+    """Computed from sizes (and constants) alone."""
+    return S in got and X not in got
 
 
 def _switches(flow: _Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
-    fn = flow.kernels[key[0]]
+    ctx, fn = flow.ctx, flow.kernels[key[0]]
+    hints = {id(n) for call in ast.walk(fn) if isinstance(call, ast.Call) and _dsl_name(ctx, call.func) == "assume"
+             for n in ast.walk(call)}
     for node in ast.walk(fn):
+        if id(node) in hints:
+            continue  # tl.assume(stride > 0): a hint to the compiler, it decides nothing
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            if _size_only(flow.sources(key, node.test)):
+            if _sizes(flow.kinds(key, node.test)):
                 yield node.test, "decides a branch"
         elif isinstance(node, (ast.Compare, ast.BoolOp)) or (
                 isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert))):
-            if _size_only(flow.sources(key, node)):
+            if _sizes(flow.kinds(key, node)):
                 yield node, "is a condition"
         elif isinstance(node, ast.BinOp) and not isinstance(node.op, _SIZE_OPS):
-            if _size_only(flow.sources(key, node)):
+            if isinstance(node.op, _BY_CONSTANT) and flow.kinds(key, node.right) <= CONST:
+                continue
+            if _sizes(flow.kinds(key, node)):
                 yield node, f"uses {type(node.op).__name__}"
-        elif isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in flow.kernels):
-            called = _dsl_name(flow.ctx, node.func) or ast.unparse(node.func)
-            if called not in _SIZE_CALLS and _size_only(flow.sources(key, node)):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in flow.kernels:
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                yield node, _UNPACKS
+        elif isinstance(node, ast.Call):
+            called = _dsl_name(ctx, node.func) or ast.unparse(node.func)
+            if not _sizes(flow.kinds(key, node)):
+                continue
+            if called not in _SIZE_CALLS:
                 yield node, f"calls {called}"
+            elif called in _CASTS and _truncates(ctx, node):
+                yield node, "casts to a narrower integer (or a quotient to an integer)"
+
+
+def _truncates(ctx: Context, call: ast.Call) -> bool:
+    """A cast to int1/int8/int16, or to any integer type of a value with ``/`` in it."""
+    args = [*call.args, *(k.value for k in call.keywords)]
+    target = next((ctx.resolve(a) or "" for a in args[-1:]), "")
+    name = target.rsplit(".", 1)[-1]
+    if name in _NARROW:
+        return True
+    source = call.func.value if isinstance(call.func, ast.Attribute) and _dsl_name(ctx, call.func) == "to" else \
+        (call.args[0] if call.args else None)
+    divides = source is not None and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+                                         for n in ast.walk(source))
+    return divides and name.startswith(("int", "uint"))
 
 
 # Rationale: a switch inside a kernel body on its run-time sizes changes no launch, so the
 # configuration survey cannot see it, and parity judges it only where the grid's sizes land
-# (`M % 13 == 5`, tests/adversarial/kernel_switch/).  Chosen on the host, the same choice
+# (`M % 13 == 5`, tests/adversarial/static/kernel_*.py).  Chosen on the host, the same choice
 # is a constexpr of the launch and the survey judges it wherever it changes.
 @rule("size-switch")
 def check_size_switch(ctx: Context) -> Iterator[Violation]:
     """A kernel body never branches or computes a flag on its run-time arguments alone."""
     if not ctx.jit_functions:
         return
-    flow = _Flow(ctx)
-    found: dict[int, tuple[str, ast.AST, str]] = {}
-    for key in flow.contexts():
-        for node, what in _switches(flow, key):
-            found.setdefault(id(node), (key[0], node, what))
+    try:
+        flow = _Flow(ctx)
+        found: dict[int, tuple[str, ast.AST, str]] = {}
+        for key in flow.contexts():
+            for node, what in _switches(flow, key):
+                found.setdefault(id(node), (key[0], node, what))
+    except TooComplex as exc:
+        yield v("size-switch", ctx.jit_functions[0], f"the kernels are too involved to tell where their run-time "
+                                                     f"arguments flow ({exc}); write them plainer")
+        return
     for name, node, what in found.values():
         if any(id(n) in found for n in ast.walk(node) if n is not node):
             continue  # the innermost switch of an expression is the one to show
+        if what is _UNPACKS:
+            yield v("size-switch", node, f"in kernel '{name}', '{_short(node)}' unpacks its arguments into a helper: "
+                                         "which parameter gets a run-time argument cannot be told; pass each one "
+                                         "by position or name")
+            continue
         yield v("size-switch", node,
                 f"in kernel '{name}', '{_short(node)}' {what} on run-time arguments and constants alone: "
                 "a switch on sizes inside a kernel body is judged only where the grid lands; choose on "
