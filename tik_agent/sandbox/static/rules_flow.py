@@ -21,7 +21,8 @@ a loop also takes the loop's bounds (a counter only ever given constants still
 counts a size's iterations).  A helper is read once per set of sources its callers
 pass (a helper given an index at one site and two sizes at another is a switch at
 the second); constexpr annotations of a helper count for nothing (Triton passes a
-called helper what its caller has); a function handed to ``tl.reduce`` or
+called helper what its caller has); a name that holds sizes alone at one binding
+and an index or data at another (one that does not read the name) is refused; a function handed to ``tl.reduce`` or
 ``tl.associative_scan`` combines data; arguments unpacked into a helper are
 refused.
 
@@ -40,8 +41,9 @@ the file is refused.
 What this does not stop: a size mixed with an index or loaded data in a way that
 leaves its value (``pid * 0 + M``, ``tl.where(offs < 0, x, M)``, a load's ``other``
 under an empty mask, ``(M, pid)[0]``, a loop ``for m in range(M, M + 1)``); a name
-bound to a size, tested, then bound to data (``w = N``, ``if w > 3000``, ``w =
-tl.load(...)``: a name holds all its bindings); a trip count that is a flag
+that holds a size and is later rebound to data through itself (``w = N``, ``if w >
+3000:``, ``w = w * 0 + tl.load(...)``: an accumulator's update reads itself, so a
+rebinding that does is not refused as a reused name); a trip count that is a flag
 (``range(tl.cdiv(N, 3001) - 1)``, a loop that runs zero times or once); ``.dtype``
 of a run-time argument (Triton types an int argument int64 only from 2**31); and
 switches on loaded values.  Refused though honest: a counter in a loop over sizes
@@ -247,8 +249,30 @@ def _sizes(got: frozenset) -> bool:
     return S in got and X not in got
 
 
+def _reused(flow: _Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
+    """A name that holds sizes alone at one binding (or as a parameter) and an index or data at
+    another that does not read it: since a name holds all its bindings, a test between the two
+    would look like one on data.  An accumulator (``acc += x``) reads itself and is not this."""
+    fn = flow.kernels[key[0]]
+    sizes: dict[str, ast.AST] = {p: fn for p, got in flow.env[key].items() if p in _params(fn) and _sizes(got)}
+    other: dict[str, ast.AST] = {}
+    for node in ast.walk(fn):
+        for target, value in _bindings(node):
+            got = OTHER if value is None else _combine(
+                [flow.kinds(key, value), *(flow.kinds(key, h) for h in flow.loops.get(id(node), ()))])
+            reads = set() if value is None else {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+            for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                if _sizes(got):
+                    sizes.setdefault(name, node)
+                elif X in got and name not in reads:
+                    other.setdefault(name, node)
+    for name in sorted(sizes.keys() & other.keys()):
+        yield other[name], f"rebinds '{name}', which holds run-time arguments alone elsewhere, to an index or data:"
+
+
 def _switches(flow: _Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
     ctx, fn = flow.ctx, flow.kernels[key[0]]
+    yield from _reused(flow, key)
     hints = {id(n) for call in ast.walk(fn) if isinstance(call, ast.Call) and _dsl_name(ctx, call.func) == "assume"
              for n in ast.walk(call)}
     for node in ast.walk(fn):
@@ -315,6 +339,10 @@ def check_size_switch(ctx: Context) -> Iterator[Violation]:
     for name, node, what in found.values():
         if any(id(n) in found for n in ast.walk(node) if n is not node):
             continue  # the innermost switch of an expression is the one to show
+        if what.startswith("rebinds"):
+            yield v("size-switch", node, f"in kernel '{name}', {what} give each its own name (a test of the "
+                                         "name could otherwise switch on the size unseen)")
+            continue
         if what is _UNPACKS:
             yield v("size-switch", node, f"in kernel '{name}', '{_short(node)}' unpacks its arguments into a helper: "
                                          "which parameter gets a run-time argument cannot be told; pass each one "
