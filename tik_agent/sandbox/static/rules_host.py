@@ -294,7 +294,12 @@ def _check_launch_arguments(ctx: Context) -> Iterator[Violation]:
     kernels = {fn.name: fn for fn in ctx.jit_functions}
     for node in ctx.host_nodes():
         func = node.func if isinstance(node, ast.Call) else None
-        if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in kernels):
+        if not isinstance(func, ast.Subscript):
+            continue
+        if not (isinstance(func.value, ast.Name) and func.value.id in kernels):
+            if KERNEL in ctx.types.of(func.value):  # an alias: what it launches cannot be read here
+                yield v("launch-argument", func.value, f"'{_short(func.value)}[...]' launches a kernel through "
+                        "another name: launch each kernel by its own name")
             continue
         params = kernels[func.value.id].args.args
         constexprs = {a.arg for a in params if a.annotation is not None
