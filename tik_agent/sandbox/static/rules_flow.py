@@ -161,8 +161,7 @@ class _Flow:
                 if node is fn:
                     continue
                 for target, value in _bindings(node):
-                    got = OTHER if value is None else _combine(
-                        [self.kinds(key, value), *(self.kinds(key, h) for h in self.loops.get(id(node), ()))])
+                    got = self.bound(key, node, value)
                     for n in ast.walk(target):
                         if isinstance(n, ast.Name):
                             env[n.id] = env.get(n.id, NONE) | got
@@ -171,6 +170,13 @@ class _Flow:
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.kernels:
                     self.kinds(key, node)  # every call's context, wherever the call stands
         return self._state() != before
+
+    def bound(self, key: Key, node: ast.AST, value: ast.expr | None) -> frozenset:
+        """What a binding made by ``node`` gives its name: its value and the bounds of the loops
+        around it (a loop variable: an index)."""
+        if value is None:
+            return OTHER
+        return _combine([self.kinds(key, value), *(self.kinds(key, h) for h in self.loops.get(id(node), ()))])
 
     def _call(self, key: Key, call: ast.Call) -> frozenset:
         """A helper's return in the context its arguments make here."""
@@ -258,8 +264,7 @@ def _reused(flow: _Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
     other: dict[str, ast.AST] = {}
     for node in ast.walk(fn):
         for target, value in _bindings(node):
-            got = OTHER if value is None else _combine(
-                [flow.kinds(key, value), *(flow.kinds(key, h) for h in flow.loops.get(id(node), ()))])
+            got = flow.bound(key, node, value)
             reads = set() if value is None else {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                 if _sizes(got):
