@@ -36,7 +36,7 @@ def candidate(launcher_body: str, module: str = "") -> str:
 
 
 def test_corpus_is_present() -> None:
-    assert len(LEGIT) == 12
+    assert len(LEGIT) == 17
     assert len(EXPLOITS) >= 25
 
 
