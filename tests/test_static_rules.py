@@ -515,7 +515,7 @@ def run(x, bias=None):
     # Flows a kernel needs: masks, loop bounds, tile counts, grouped orders, data arithmetic.
     ("y = tl.where(offs < n, a / n, a)", False),
     ("y = a * (1.0 / n)", False),                           # a reciprocal, precomputed
-    ("y = a * tl.cdiv(n, BLOCK) + (tl.program_id(0) % (n * 2))", False),
+    ("y = a + (tl.program_id(0) % (n * 2)) + tl.cdiv(n, BLOCK) * tl.program_id(0)", False),  # tile orders
     ("y = tl.where(a < n, a, 0.0)", False),                # a bound check of loaded data
     ("y = _pick(offs, n)", False),                          # the helper's parameter holds an index
     ("y = a\n    for t in range(tl.program_id(0), n, tl.num_programs(0)):\n        y += 1.0", False),
@@ -524,7 +524,9 @@ def run(x, bias=None):
     ("y = tl.where(n % 7 == 3, a * 2, a)", True),
     ("y = a * 2 if n > 64 else a", True),
     ("y = a * (n >> 12)", True),
-    ("y = a * (n // 4096) + a * (n % 64)", False),           # by a constant: a hand-written cdiv
+    ("y = a\n    for t in range(0, (n + 15) // 16):\n        y += 1.0", False),  # a hand-written cdiv as a trip count
+    ("y = a * tl.cdiv(n, BLOCK)", True),                    # a floor of sizes scales data
+    ("y = a * (tl.cdiv(n + 8, 13) - tl.cdiv(n + 7, 13))", True),  # n % 13 == 5, no comparison
     ("y = a * tl.minimum(n, 1)", True),
     ("y = _pick(n, n)", True),    # the helper compares two sizes here, an index and a size below
     ("y = a\n    while n > 8:\n        y = y * 2\n        n = n // 2", True),

@@ -9,10 +9,12 @@ from collections.abc import Iterator
 
 from tik_agent.sandbox.static.context import Context
 
-S, X, C = "S", "X", "C"  # sizes; an index or loaded data; constants
+S, I, D, C = "S", "I", "D", "C"  # sizes; an index; loaded data; constants
+F = "F"  # with S alone: sizes that went through a floor (tl.cdiv, // or % by a constant)
 NONE: frozenset = frozenset()  # nothing yet (a name before its binding is reached)
-SIZE, OTHER, CONST = frozenset({S}), frozenset({X}), frozenset({C})
-_INDEX_CALLS = frozenset({"program_id", "arange", "load"})  # and atomic_*: an index or loaded data
+SIZE, INDEX, DATA, CONST = frozenset({S}), frozenset({I}), frozenset({D}), frozenset({C})
+_INDEX_CALLS = frozenset({"program_id", "arange"})
+_DATA_CALLS = frozenset({"load"})  # and atomic_*
 _SIZE_SOURCES = frozenset({"num_programs"})  # the grid: a function of the sizes, the same in every program
 _CONST_CALLS = frozenset({"zeros", "zeros_like"})
 _COMBINERS = frozenset({"reduce", "associative_scan"})
@@ -76,7 +78,7 @@ class Flow:
             if name in escaped or (name not in called and name not in combined.values()):
                 self._context(name, tuple(CONST if p in constexprs else SIZE for p in param_names(fn)))
         for name in set(combined.values()):
-            self._context(name, tuple(OTHER for _ in param_names(self.kernels[name])))
+            self._context(name, tuple(DATA for _ in param_names(self.kernels[name])))
         for _ in range(_ROUNDS):
             if not self._pass():
                 return
@@ -120,7 +122,7 @@ class Flow:
         """What a binding made by ``node`` gives its name: its value and the bounds of the loops
         around it (a loop variable: an index)."""
         if value is None:
-            return OTHER
+            return INDEX
         return combine([self.kinds(key, value), *(self.kinds(key, h) for h in self.loops.get(id(node), ()))])
 
     def _call(self, key: Key, call: ast.Call) -> frozenset:
@@ -151,8 +153,10 @@ class Flow:
             return self.kinds(key, node.value)
         if isinstance(node, ast.Call):
             name = dsl_name(self.ctx, node.func) or ""
-            if name in _INDEX_CALLS or name.startswith("atomic_"):
-                return OTHER
+            if name in _INDEX_CALLS:
+                return INDEX
+            if name in _DATA_CALLS or name.startswith("atomic_"):
+                return DATA
             if name in _SIZE_SOURCES:
                 return SIZE
             if name == "inline_asm_elementwise":  # reads registers: the grid's size among them
@@ -163,11 +167,19 @@ class Flow:
                 return self._call(key, node)
             parts = [self.kinds(key, node.func.value)] if isinstance(node.func, ast.Attribute) else []
             parts += [self.kinds(key, a) for a in [*node.args, *(k.value for k in node.keywords)]]
-            return combine(parts) if parts else CONST
+            got = combine(parts) if parts else CONST
+            return got | {F} if name == "cdiv" and size_only(got) else got
         if isinstance(node, (ast.Slice, ast.expr_context)):
             return CONST
         parts = [self.kinds(key, child) for child in ast.iter_child_nodes(node)]
-        return combine(parts) if parts else CONST
+        got = combine(parts) if parts else CONST
+        floor = isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
+        return got | {F} if floor and size_only(got) else got
+
+
+def size_only(got: frozenset) -> bool:
+    """Computed from sizes (and constants) alone: no index, no loaded data."""
+    return S in got and I not in got and D not in got
 
 
 def _with_loops(fn: ast.FunctionDef) -> Iterator[tuple[ast.AST, tuple]]:

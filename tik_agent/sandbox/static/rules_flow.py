@@ -40,8 +40,9 @@ comparison, ``and``/``or``/``not``, ``~``, shifts and bitwise operators, ``**``,
 ``//`` or ``%`` by a size, ``min``/``max``/``where`` or any other DSL function that
 yields such a value; a cast of one to ``int1``, ``int8`` or ``int16`` (a truncation
 is a flag), or to an integer type from a value with ``/`` in it, written in the
-cast or in a binding of a name it reads (a floor); and any ``if``, ``while`` or
-conditional expression whose test is such a value.  Comparisons with an index
+cast or in a binding of a name it reads (a floor); any ``if``, ``while`` or
+conditional expression whose test is such a value; and loaded data meeting a floor
+of sizes alone (``tl.cdiv``, ``//`` or ``%``) as an operand.  Comparisons with an index
 (``offs < N``) or with loaded data (``t < V``) are masks and bounds checks, and
 stay allowed.
 
@@ -51,8 +52,10 @@ under an empty mask, ``(M, pid)[0]``, ``for m in range(M, M + 1)``, a tuple of a
 and data handed to ``tl.reduce``); a name rebound to data through itself (``w = w *
 0 + tl.load(...)``: an accumulator's update reads itself); a flag built by floor
 arithmetic, which ``tl.cdiv`` and ``//`` by a constant allow
-(``tl.cdiv(M + 8, 13) - tl.cdiv(M + 7, 13)`` is ``M % 13 == 5``), used as a factor,
-a mask bound or a trip count; ``.dtype`` of a run-time argument (Triton types an
+(``tl.cdiv(M + 8, 13) - tl.cdiv(M + 7, 13)`` is ``M % 13 == 5``), used as a mask
+bound against an index or as a trip count (where it meets loaded data, as a
+factor or an operand, it is refused: a floor of sizes may count tiles, chunks and
+trips, not scale, pick or bound data); ``.dtype`` of a run-time argument (Triton types an
 int argument int64 only from 2**31); and switches on loaded values.  Refused
 though honest: a counter in a loop over sizes compared with a size (``if ki ==
 k_tiles - 1``), ``while off < N`` loops, and ``tl.maximum(N, 1)``.
@@ -64,7 +67,9 @@ import ast
 from collections.abc import Iterator
 
 from tik_agent.sandbox.static.context import Context
-from tik_agent.sandbox.static.flow import CONST, X, Flow, Key, S, TooComplex, bindings, dsl_name, param_names
+from tik_agent.sandbox.static.flow import (
+    CONST, D, F, I, Flow, Key, TooComplex, bindings, dsl_name, param_names, size_only,
+)
 from tik_agent.sandbox.static.registry import Violation, rule, v
 
 _SIZE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
@@ -80,7 +85,12 @@ _VARARGS = "varargs"
 
 def _sizes(got: frozenset) -> bool:
     """Computed from sizes (and constants) alone."""
-    return S in got and X not in got
+    return size_only(got)
+
+
+def _floor(got: frozenset) -> bool:
+    """Sizes alone that went through a floor: a step function of the sizes, a flag in the making."""
+    return F in got and size_only(got)
 
 
 def _reused(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
@@ -97,7 +107,7 @@ def _reused(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                 if _sizes(got):
                     sizes.setdefault(name, node)
-                elif X in got and name not in reads:
+                elif (I in got or D in got) and name not in reads:
                     other.setdefault(name, node)
     tested = {n.id for node in ast.walk(fn) if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Compare, ast.BoolOp))
               for n in ast.walk(node.test if isinstance(node, (ast.If, ast.While, ast.IfExp)) else node)
@@ -126,7 +136,10 @@ def _switches(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
                 isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert))):
             if _sizes(flow.kinds(key, node)):
                 yield node, "is a condition"
-        elif isinstance(node, ast.BinOp) and not isinstance(node.op, _SIZE_OPS):
+        if isinstance(node, (ast.BinOp, ast.Compare, ast.Call)) and _scales_data(flow, key, node):
+            yield node, "meets loaded data with a floor of sizes"
+            continue
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, _SIZE_OPS):
             if isinstance(node.op, _BY_CONSTANT) and flow.kinds(key, node.right) <= CONST:
                 continue
             if _sizes(flow.kinds(key, node)):
@@ -142,6 +155,24 @@ def _switches(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
                 yield node, f"calls {called}"
             elif called in _CASTS and _truncates(flow, key, node):
                 yield node, "casts to a narrower integer (or a quotient to an integer)"
+
+
+def _scales_data(flow: Flow, key: Key, node: ast.AST) -> bool:
+    """One operand is loaded data and another a floor of sizes alone (``x * (tl.cdiv(M + 8, 13) -
+    tl.cdiv(M + 7, 13))``): a floor of sizes may count tiles, chunks and loop trips, not scale,
+    pick or bound data.  A helper call's arguments are read in the helper."""
+    if isinstance(node, ast.BinOp):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+    elif isinstance(node.func, ast.Name) and node.func.id in flow.kernels:
+        return False
+    else:
+        operands = [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(node.func, ast.Attribute):
+            operands.append(node.func.value)
+    kinds = [flow.kinds(key, o) for o in operands]
+    return any(D in k for k in kinds) and any(_floor(k) for k in kinds)
 
 
 def _truncates(flow: Flow, key: Key, call: ast.Call) -> bool:
