@@ -34,6 +34,7 @@ def dsl_name(ctx: Context, func: ast.expr) -> str | None:
 
 
 def param_names(fn: ast.FunctionDef) -> list[str]:
+    """Every named parameter, in order (``*args`` and ``**kwargs`` are the rule's to refuse)."""
     return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
 
 
@@ -43,10 +44,14 @@ def combine(parts: list[frozenset]) -> frozenset:
 
 
 class TooComplex(Exception):
-    pass
+    """The analysis did not settle within its limits: the rule refuses the file."""
 
 
 class Flow:
+    """What every value of every kernel body in a file is computed from, per context: a helper
+    is read once for each set of sources its callers pass (one given an index at one site and
+    two sizes at another is read twice)."""
+
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.kernels = {fn.name: fn for fn in ctx.jit_functions}

@@ -83,11 +83,6 @@ _UNPACKS = "unpacks"
 _VARARGS = "varargs"
 
 
-def _sizes(got: frozenset) -> bool:
-    """Computed from sizes (and constants) alone."""
-    return size_only(got)
-
-
 def _floor(got: frozenset) -> bool:
     """Sizes alone that went through a floor: a step function of the sizes, a flag in the making."""
     return F in got and size_only(got)
@@ -98,14 +93,14 @@ def _reused(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
     another that does not read it: since a name holds all its bindings, a test between the two
     would look like one on data.  An accumulator (``acc += x``) reads itself and is not this."""
     fn = flow.kernels[key[0]]
-    sizes: dict[str, ast.AST] = {p: fn for p, got in flow.env[key].items() if p in param_names(fn) and _sizes(got)}
+    sizes: dict[str, ast.AST] = {p: fn for p, got in flow.env[key].items() if p in param_names(fn) and size_only(got)}
     other: dict[str, ast.AST] = {}
     for node in ast.walk(fn):
         for target, value in bindings(node):
             got = flow.bound(key, node, value)
             reads = set() if value is None else {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
-                if _sizes(got):
+                if size_only(got):
                     sizes.setdefault(name, node)
                 elif (I in got or D in got) and name not in reads:
                     other.setdefault(name, node)
@@ -130,11 +125,11 @@ def _switches(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
         if id(node) in hints:
             continue  # tl.assume(stride > 0), tl.device_assert(N <= BLOCK): they decide nothing
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            if _sizes(flow.kinds(key, node.test)):
+            if size_only(flow.kinds(key, node.test)):
                 yield node.test, "decides a branch"
         elif isinstance(node, (ast.Compare, ast.BoolOp)) or (
                 isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert))):
-            if _sizes(flow.kinds(key, node)):
+            if size_only(flow.kinds(key, node)):
                 yield node, "is a condition"
         if isinstance(node, (ast.BinOp, ast.Compare, ast.Call)) and _scales_data(flow, key, node):
             yield node, "meets loaded data with a floor of sizes"
@@ -142,14 +137,14 @@ def _switches(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
         if isinstance(node, ast.BinOp) and not isinstance(node.op, _SIZE_OPS):
             if isinstance(node.op, _BY_CONSTANT) and flow.kinds(key, node.right) <= CONST:
                 continue
-            if _sizes(flow.kinds(key, node)):
+            if size_only(flow.kinds(key, node)):
                 yield node, f"uses {type(node.op).__name__}"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in flow.kernels:
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 yield node, _UNPACKS
         elif isinstance(node, ast.Call):
             called = dsl_name(ctx, node.func) or ast.unparse(node.func)
-            if not _sizes(flow.kinds(key, node)):
+            if not size_only(flow.kinds(key, node)):
                 continue
             if called not in _SIZE_CALLS:
                 yield node, f"calls {called}"
