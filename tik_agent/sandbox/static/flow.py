@@ -84,8 +84,12 @@ class Flow:
                 self._context(name, tuple(CONST if p in constexprs else SIZE for p in param_names(fn)))
         for name in set(combined.values()):
             self._context(name, tuple(DATA for _ in param_names(self.kernels[name])))
+        self._memo: dict | None = None
         for _ in range(_ROUNDS):
             if not self._pass():
+                # Settled: from here on nothing changes, so each node of the file is worked out once
+                # (the rule asks for every node, and each answer walks the node's subtree).
+                self._memo, self._tree = {}, {id(n) for n in ctx.nodes}
                 return
         raise TooComplex("the flow analysis did not settle")
 
@@ -144,7 +148,15 @@ class Flow:
         return self.returns[self._context(callee, signature)]
 
     def kinds(self, key: Key, node: ast.AST) -> frozenset:
-        """What ``node`` in the body of context ``key`` may be made of, without an index or data."""
+        """What ``node`` in the body of context ``key`` is computed from."""
+        if self._memo is None or id(node) not in self._tree:  # a node made here (x += y) is never kept
+            return self._kinds(key, node)
+        memo = (key, id(node))
+        if memo not in self._memo:
+            self._memo[memo] = self._kinds(key, node)
+        return self._memo[memo]
+
+    def _kinds(self, key: Key, node: ast.AST) -> frozenset:
         if isinstance(node, ast.Constant):
             return CONST
         if isinstance(node, ast.Name):
