@@ -32,6 +32,11 @@ class Context:
     def resolve(self, node: ast.AST) -> str | None:
         return resolve(self.aliases, node)
 
+    def constexprs(self, fn: ast.FunctionDef) -> set[str]:
+        """The parameters of ``fn`` annotated ``tl.constexpr`` (however triton is imported)."""
+        return {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+                if a.annotation is not None and (self.resolve(a.annotation) or "").endswith("constexpr")}
+
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.parents.get(id(node))
 

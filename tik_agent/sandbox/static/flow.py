@@ -77,8 +77,7 @@ class Flow:
                              for n in ast.walk(target) if isinstance(n, ast.Name)}
                       for name, fn in self.kernels.items()}
         for name, fn in self.kernels.items():
-            constexprs = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
-                          if a.annotation is not None and (ctx.resolve(a.annotation) or "").endswith("constexpr")}
+            constexprs = ctx.constexprs(fn)
             # Launched, used as a value, or never called: every run-time parameter a size.
             if name in escaped or (name not in called and name not in combined.values()):
                 self._context(name, tuple(CONST if p in constexprs else SIZE for p in param_names(fn)))

@@ -302,8 +302,7 @@ def _check_launch_arguments(ctx: Context) -> Iterator[Violation]:
                         "another name: launch each kernel by its own name")
             continue
         params = kernels[func.value.id].args.args
-        constexprs = {a.arg for a in params if a.annotation is not None
-                      and (ctx.resolve(a.annotation) or "").endswith("constexpr")}
+        constexprs = ctx.constexprs(kernels[func.value.id])
         named = [(params[i].arg if i < len(params) else None, a) for i, a in enumerate(node.args)]
         named += [(k.arg, k.value) for k in node.keywords]
         for name, value in named:
