@@ -559,3 +559,28 @@ def run(x):
     rules = {v.rule for v in check_source(source, "k.py")}
     assert ("size-switch" in rules) is refused, rules
     assert rules <= {"size-switch"}, rules
+
+
+def test_a_refusal_of_the_whole_kernel_is_shown_beside_the_switches_inside_it() -> None:
+    """*args is refused for the kernel as a whole; a switch in its body must not hide that reason."""
+    source = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x_ptr, n, *rest, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    y = a * 2 if n > 64 else a
+    tl.store(x_ptr + offs, y, mask=offs < n)
+
+
+def run(x):
+    _k[(1,)](x, x.numel(), BLOCK=16)
+    return x
+'''
+    messages = [v.message for v in check_source(source, "k.py") if v.rule == "size-switch"]
+    assert any("*args" in m for m in messages), messages
+    assert any("'n > 64'" in m for m in messages), messages

@@ -93,7 +93,8 @@ def _reused(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
     another that does not read it: since a name holds all its bindings, a test between the two
     would look like one on data.  An accumulator (``acc += x``) reads itself and is not this."""
     fn = flow.kernels[key[0]]
-    sizes: dict[str, ast.AST] = {p: fn for p, got in flow.env[key].items() if p in param_names(fn) and size_only(got)}
+    params = set(param_names(fn))
+    sizes: dict[str, ast.AST] = {p: fn for p, got in flow.env[key].items() if p in params and size_only(got)}
     other: dict[str, ast.AST] = {}
     for node in ast.walk(fn):
         for target, value in bindings(node):
@@ -221,7 +222,8 @@ def check_size_switch(ctx: Context) -> Iterator[Violation]:
                                                      f"arguments flow ({exc}); write them plainer")
         return
     for name, node, what in found.values():
-        if any(id(n) in found for n in ast.walk(node) if n is not node):
+        structural = what is _VARARGS or what is _UNPACKS or what.startswith("rebinds")
+        if not structural and any(id(n) in found for n in ast.walk(node) if n is not node):
             continue  # the innermost switch of an expression is the one to show
         if what is _VARARGS:
             yield v("size-switch", node, f"kernel '{name}' takes *args or **kwargs: which parameter holds a "
