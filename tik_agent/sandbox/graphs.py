@@ -31,7 +31,7 @@ from tik_agent.backends.graph_timer import (DEFAULT_L2_BYTES, EagerReplayBackend
 from tik_agent.bits import output_digest
 from tik_agent.sandbox import hostops, launches
 from tik_agent.sandbox.graph_rounds import CellRounds
-from tik_agent.sandbox.harness import poisoned_allocations
+from tik_agent.sandbox.poison import poisoned_allocations
 from tik_agent.sandbox.timed import cell_entry
 from tik_agent.spec.cases import make_inputs, workload_case
 

@@ -20,6 +20,7 @@ from typing import Callable
 from tik_agent.bits import digest
 from tik_agent.errors import SpecError
 from tik_agent.sandbox import hostops, launches
+from tik_agent.sandbox.poison import poisoned_allocations
 from tik_agent.sandbox.sequence_runs import run_sequence_case
 from tik_agent.sandbox.wire import CaseOutputs, as_outputs
 from tik_agent.spec.backward import is_batched
@@ -27,12 +28,6 @@ from tik_agent.spec.cases import Case, SubBatch, case_kwargs, make_inputs, rows_
 from tik_agent.spec.schema import KernelSpec
 
 log = logging.getLogger(__name__)
-
-# Bit patterns written into every freshly allocated tensor during a call: an
-# output element the kernel forgets to write then holds one of these, and two
-# runs with different patterns disagree.  Positive patterns (they fit the signed
-# integer views), NaNs with payloads no kernel produces where the width allows.
-POISON = {4: (0x7FC0DEAD, 0x7FC0BEEF), 2: (0x7E5A, 0x7C5B), 8: (0x7FF8DEADDEADBEEF, 0x7FF8BEEFBEEFDEAD)}
 
 _module_counter = itertools.count()
 
@@ -116,52 +111,6 @@ def load_seed_entry(spec: KernelSpec) -> Callable:
         return load_entry(spec.source, spec, "seed")
     except KernelLoadError as exc:
         raise SpecError(str(exc)) from None
-
-
-@contextmanager
-def poisoned_allocations(which: int | None):
-    """Fill every tensor that ``torch.empty*`` hands out with poison pattern ``which``
-    (None: wrap the allocators the same way and write nothing, for the survey, so that
-    a launcher cannot tell a survey call by what ``torch.empty`` is).
-
-    An output element the kernel never writes then holds the pattern, and two
-    runs with different patterns disagree (caught as non-determinism).  Done
-    at allocation, not by recycling freed memory, so it does not depend on
-    what the CPU or CUDA allocator happens to reuse.  Harness code: the
-    candidate cannot undo it (static rules forbid touching torch's attributes).
-    """
-    import torch
-
-    originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
-    # Every allocator the static rules let a launcher call that hands out memory unwritten.
-    methods = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_empty_strided")}
-
-    def poison(t):
-        if which is None:  # the survey: the same wrappers, nothing written (it only takes address space)
-            return t
-        if isinstance(t, torch.Tensor) and t.numel() and t.element_size() in POISON and t.dtype != torch.bool:
-            view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()]
-            with hostops.exempt():  # the harness's fill, not the candidate's
-                t.view(view).fill_(POISON[t.element_size()][which])
-        return t
-
-    def wrap(fn):
-        return lambda *args, **kwargs: poison(fn(*args, **kwargs))
-
-    def wrap_method(fn):
-        return lambda self, *args, **kwargs: poison(fn(self, *args, **kwargs))
-
-    for name, fn in originals.items():
-        setattr(torch, name, wrap(fn))
-    for name, fn in methods.items():
-        setattr(torch.Tensor, name, wrap_method(fn))
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(torch, name, fn)
-        for name, fn in methods.items():
-            setattr(torch.Tensor, name, fn)
 
 
 def guarded_call(entry: Callable, inputs: list, kwargs, which: int | None = 0):

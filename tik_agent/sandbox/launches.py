@@ -24,7 +24,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from tik_agent.sandbox import hostops
+from tik_agent.sandbox import hostops, poison
 
 
 class _Registry:
@@ -37,6 +37,7 @@ class _Registry:
         self.params: dict = {}  # kernel function -> (parameter names, constexpr names)
         self.origins: dict = {}  # a code object's file name -> that file, resolved
         self.argspecs: dict = {}  # kernel function -> the interpreter's (names, constexprs)
+        self.constexpr_slots: dict = {}  # kernel function -> ((constexpr name, position), ...)
 
 
 class _Local(threading.local):
@@ -81,6 +82,7 @@ def install() -> None:
     for cls in classes:
         _wrap(cls)
     hostops.prepare()
+    poison.install()  # before any candidate module loads: it finds the wrappers at torch.empty*
 
 
 def _wrap(cls) -> None:
@@ -148,14 +150,31 @@ def _refuse_tensor_constexprs(kernel, args, kwargs) -> None:
     would be computed on in torch unseen.  Refused before the launch starts."""
     import torch
 
-    found = params(kernel)
-    if found is None:
+    found = _constexpr_slots(kernel)
+    if not found:
         return
-    names, constexprs = found
-    passed = {**dict(zip(names, args)), **kwargs}
-    for name in constexprs & set(passed):
-        if _holds_tensor(passed[name], torch.Tensor):
+    for name, index in found:
+        # A keyword overrides a positional argument of the same name, as the launch binds them.
+        if name in kwargs:
+            value = kwargs[name]
+        elif index < len(args):
+            value = args[index]
+        else:
+            continue
+        if _holds_tensor(value, torch.Tensor):
             hostops.refuse(hostops.CONSTEXPR_TENSOR)
+
+
+def _constexpr_slots(kernel) -> tuple[tuple[str, int], ...]:
+    """Each constexpr parameter's name and position (cached with :func:`params`)."""
+    fn = getattr(kernel, "fn", None)
+    found = _REGISTRY.constexpr_slots.get(fn) if fn is not None else None
+    if found is None:
+        names, constexprs = params(kernel) or ([], frozenset())
+        found = tuple((name, i) for i, name in enumerate(names) if name in constexprs)
+        if fn is not None and fn in _REGISTRY.params:
+            _REGISTRY.constexpr_slots[fn] = found
+    return found
 
 
 def _holds_tensor(value, tensor_type, depth: int = 0) -> bool:

@@ -39,23 +39,35 @@ def describe(launch: dict) -> tuple[tuple, list[int]]:
     head, slots = _layout(kernel, len(args), tuple(kwargs))
     structure: list = list(head)
     numbers: list[int] = []
-    values = [args[i] if where == "arg" else kwargs[i] if where == "kw" else _DEFAULT for _, where, i in slots]
-    for (name, _, _), value in zip(slots + [("grid", None, None)] * len(grid), values + list(grid)):
-        kind = type(value)
-        if kind is int:
-            structure.append(name)
-            numbers.append(value)
-        elif isinstance(value, torch.Tensor):
-            structure.append((name, str(value.dtype), value.device.type))
-        elif value is _DEFAULT:
-            structure.append((name, "default"))
-        elif isinstance(value, int) and not isinstance(value, bool):  # an int subclass (an IntEnum)
-            structure.append(name)
-            numbers.append(int(value))
-        else:
-            structure.append((name, kind.__name__, repr(value)[:200]))
+    tensor = torch.Tensor
+    for name, where, i in slots:
+        _describe_value(name, args[i] if where == "arg" else kwargs[i] if where == "kw" else _DEFAULT,
+                        structure, numbers, tensor)
+    for value in grid:
+        _describe_value("grid", value, structure, numbers, tensor)
     structure.append(("grid rank", len(grid)))
     return tuple(structure), numbers
+
+
+def _describe_value(name: str, value, structure: list, numbers: list, tensor: type) -> None:
+    kind = type(value)
+    if kind is int:
+        structure.append(name)
+        numbers.append(value)
+    elif isinstance(value, tensor):
+        dtype = value.dtype
+        text = _DTYPE_TEXT.get(dtype) or _DTYPE_TEXT.setdefault(dtype, str(dtype))
+        structure.append((name, text, value.device.type))
+    elif value is _DEFAULT:
+        structure.append((name, "default"))
+    elif isinstance(value, int) and kind is not bool:  # an int subclass (an IntEnum)
+        structure.append(name)
+        numbers.append(int(value))
+    else:
+        structure.append((name, kind.__name__, repr(value)[:200]))
+
+
+_DTYPE_TEXT: dict = {}  # torch dtype -> its str(), which torch builds anew at each call
 
 
 _LAYOUTS: dict = {}  # (kernel, its function, positional count, keyword names) -> where each value comes from
