@@ -15,7 +15,7 @@ import random
 import secrets
 from typing import Callable
 
-from tik_agent.judge import configs
+from tik_agent.judge import configs, joint
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
@@ -42,7 +42,29 @@ def survey_request(spec: KernelSpec, options: EvalOptions) -> dict | None:
     if not (options.survey and configs.surveyed(spec)):
         return None
     rng = random.Random(secrets.randbits(64))
-    return {"axes": configs.survey_plan(spec, options.device, rng), "seed": rng.getrandbits(31)}
+    axes = configs.survey_plan(spec, options.device, rng)
+    points = joint.draw(axes, rng)
+    return {"axes": joint.with_coordinates(axes, points), "joint": points, "seed": rng.getrandbits(31)}
+
+
+def survey_findings(survey: dict, record: dict) -> configs.Findings:
+    """What the worker's record says along each axis and at the combined points: the same
+    analysis in the worker (which runs the cases) and in the parent (which judges them)."""
+    found = configs.findings(survey["axes"], record)
+    points = survey.get("joint") or []
+    if found.refusal is not None or not points:
+        return found
+    try:
+        along = configs.decode(record)
+        got = joint.decode(record)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
+    chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
+                                  {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]})
+    if refusal is not None:
+        return configs.Findings(refusal=refusal)
+    found.joint = chosen
+    return found
 
 
 def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: list[Case], expected: dict,
@@ -55,14 +77,15 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
     if not isinstance(record, dict):
         return Verdict(Outcome.INTEGRITY_FAILED, "[config] the worker reported no configuration survey",
                        environment=environment)
-    found = configs.findings(survey["axes"], record)
+    found = survey_findings(survey, record)
     if found.refusal is not None:
         return Verdict(Outcome.INTEGRITY_FAILED, f"[config] {found.refusal}", environment=environment)
     known = {c.id for c in cases}
     new = [c for c in boundary_cases(spec, survey["axes"], found, survey["seed"]) if c.id not in known]
-    if found.boundaries:
+    if found.boundaries or found.joint:
         log.info("configuration survey: the launch changes at %s; %d boundary cases",
-                 ", ".join(f"{b.dim} = {b.value}" for b in found.boundaries), len(new))
+                 "; ".join([f"{b.dim} = {b.value}" for b in found.boundaries] + [p.why for p in found.joint]),
+                 len(new))
     if new:
         outputs = run_seed(new)
         for case in new:
@@ -89,4 +112,11 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, 
             for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, m)))):
                 case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
                 out.setdefault(case.id, case)
+    for point in found.joint:  # a combination of sizes no axis showed: judged where it launches
+        axis = plan[0]
+        rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
+        for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, point.m)))):
+            case = Case(point.m, dict(point.dims), axis["dtype"], "normal", rng.getrandbits(31), origin="config",
+                        once=True)
+            out.setdefault(case.id, case)
     return list(out.values())

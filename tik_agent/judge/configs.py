@@ -21,6 +21,9 @@ Refused (``integrity_failed``, naming the axis and size): more than
 :data:`BOUNDARY_BUDGET` changes, a change beyond the largest size this device
 judges, a launcher that raised inside the domain, a record lacking a size.
 
+Switches on combinations of sizes, which no single axis shows, are the business of
+:mod:`tik_agent.judge.joint`.
+
 One analysis, run twice: in the worker, whose ``probe`` surveys the sizes a
 bisection needs, and in the parent over the worker's record.
 """
@@ -70,6 +73,7 @@ class Boundary:
 class Findings:
     boundaries: list[Boundary] = field(default_factory=list)
     refusal: str | None = None
+    joint: list = field(default_factory=list)  # points of combined sizes to judge (tik_agent.judge.joint)
 
 
 def surveyed(spec: KernelSpec) -> bool:

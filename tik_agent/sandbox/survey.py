@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from tik_agent.judge import configs
+from tik_agent.judge import configs, joint
 from tik_agent.sandbox import hostops, launches
 from tik_agent.sandbox.harness import guarded_call
 from tik_agent.spec.cases import Case
@@ -121,20 +121,24 @@ class _Inputs:
 
     def at(self, value: int) -> list | None:
         """Unwritten tensors of the sizes at ``value``; None past the byte cap."""
+        return self.at_point(*configs.point_of(self.axis, value))
+
+    def at_point(self, m: int, dims: dict) -> list | None:
+        """Unwritten tensors of the sizes of batch ``m`` and ``dims``; None past the byte cap."""
         import math
 
         import torch
 
-        m, dims = configs.point_of(self.axis, value)
         shapes = [(resolve_shape(shape, m, dims), dt) for shape, dt in self.declared]
         if sum(math.prod(shape) * dt.itemsize for shape, dt in shapes) > self.cap:
             return None
         return [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in shapes]
 
 
-def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int) -> tuple[object, tuple[int, ...]]:
-    """The launches of one call at ``value`` along the axis of ``inputs``."""
-    args = inputs.at(value)
+def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int | tuple[int, dict]) -> tuple[object, tuple[int, ...]]:
+    """The launches of one call at ``value`` along the axis of ``inputs`` (or at a point of
+    combined sizes, ``(m, dims)``)."""
+    args = inputs.at_point(*value) if isinstance(value, tuple) else inputs.at(value)
     if args is None:
         return configs.SKIPPED, ()
     try:
@@ -150,35 +154,58 @@ def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int) -> tuple[o
     return tuple(s for s, _ in described), tuple(n for _, ns in described for n in ns)
 
 
-def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict]) -> dict:
-    """Every size of every axis of ``plan``, and those the analysis asks for: the record."""
+def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list[dict] = ()) -> dict:
+    """Every size of every axis of ``plan``, and those the analysis asks for, then each point
+    of combined sizes in ``points`` and those its analysis asks for
+    (:mod:`tik_agent.judge.joint`): the record."""
     import time
 
     start = time.perf_counter()
     structures: dict[str, int] = {}
     texts: dict[tuple, str] = {}
-    axes = []
-    for axis in plan:
-        seen: dict[int, tuple] = {}
-        inputs = _Inputs(spec, axis)
 
-        def probe(value: int, inputs=inputs, seen=seen) -> tuple:
-            if value not in seen:
+    def text(structure) -> object:  # as the parent reads it from the record
+        if structure == configs.SKIPPED:
+            return structure
+        return texts.get(structure) or texts.setdefault(structure, json.dumps(structure))
+
+    seen: dict[str, dict[int, tuple]] = {}
+    probes = {}
+    for axis in plan:
+        inputs, found = _Inputs(spec, axis), seen.setdefault(axis["dim"], {})
+
+        def probe(value: int, inputs=inputs, found=found) -> tuple:
+            if value not in found:
                 structure, numbers = survey_call(entry, spec.kwargs, inputs, value)
-                if structure != configs.SKIPPED:  # as the parent reads it from the record
-                    structure = texts.get(structure) or texts.setdefault(structure, json.dumps(structure))
-                seen[value] = structure, numbers
-            return seen[value]
+                found[value] = text(structure), numbers
+            return found[value]
 
         for value in axis["values"]:
             probe(value)
         configs.analyse(axis, probe)  # asks for the sizes its bisections need
-        points = []
-        for value, (structure, numbers) in sorted(seen.items()):
-            if structure == configs.SKIPPED:
-                points.append([value])
-            else:
-                points.append([value, structures.setdefault(structure, len(structures)), list(numbers)])
-        axes.append({"dim": axis["dim"], "points": points})
-    return {"structures": list(structures), "axes": axes,
+        probes[axis["dim"]] = probe
+    combined: dict[tuple, tuple] = {}
+    if points:
+        inputs = _Inputs(spec, plan[0])
+
+        def at_point(m: int, dims: dict) -> tuple:
+            key = joint.key_of(m, dims)
+            if key not in combined:
+                structure, numbers = survey_call(entry, spec.kwargs, inputs, (m, dict(dims)))
+                combined[key] = text(structure), numbers
+            return combined[key]
+
+        joint.judge(plan, list(points), at_point, probes)  # asks for the sizes its placements need
+    axes = []
+    for axis in plan:
+        rows = []
+        for value, (structure, numbers) in sorted(seen[axis["dim"]].items()):
+            rows.append([value] if structure == configs.SKIPPED else
+                        [value, structures.setdefault(structure, len(structures)), list(numbers)])
+        axes.append({"dim": axis["dim"], "points": rows})
+    records = []
+    for (m, dims), (structure, numbers) in combined.items():
+        records.append([m, dict(dims)] if structure == configs.SKIPPED else
+                       [m, dict(dims), structures.setdefault(structure, len(structures)), list(numbers)])
+    return {"structures": list(structures), "axes": axes, "joint": records,
             "seconds": round(time.perf_counter() - start, 3)}

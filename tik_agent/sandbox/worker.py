@@ -237,13 +237,12 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
 def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, result: dict) -> bool:
     """The configuration survey (:mod:`tik_agent.sandbox.survey`), then parity cases on both
     sides of every change it found; False when the analysis refuses the launcher."""
-    from tik_agent.judge import configs
-    from tik_agent.judge.config_cases import boundary_cases
+    from tik_agent.judge.config_cases import boundary_cases, survey_findings
     from tik_agent.sandbox.survey import run_survey
 
-    record = run_survey(spec, entry, plan["axes"])
+    record = run_survey(spec, entry, plan["axes"], plan.get("joint") or [])
     result["survey"] = record
-    found = configs.findings(plan["axes"], record)
+    found = survey_findings(plan, record)
     if found.refusal is not None:
         return False
     for case in boundary_cases(spec, plan["axes"], found, plan["seed"]):
