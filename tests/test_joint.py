@@ -1,18 +1,25 @@
-"""The survey's points of combined sizes (tik_agent.judge.joint), on launchers written as
-plain functions of the sizes: what each axis predicts, what is judged, what is refused."""
+"""The survey's points of combined sizes (tik_agent.judge.joint and joint_analysis), on
+launchers written as plain functions of the sizes: what each axis predicts, what is
+judged, what is refused.  The launchers marked "red team" are a helper's, written
+against the first version of the layer, each of which it let through."""
 
 import json
 import random
 
+import pytest
+
 from tik_agent.judge import joint
+from tik_agent.judge.joint_analysis import BUDGET
 
-STRUCTURE = json.dumps([[["kernel", 1], "M", "N", "constexpr BLOCK", "constexpr ROWS", "grid", ["grid rank", 1]]])
-WIDE = json.dumps([[["wide_kernel", 9], "M", "N", "constexpr BLOCK", "constexpr ROWS", "grid", ["grid rank", 1]]])
+LABELS = ["M", "N", "constexpr BLOCK", "constexpr ROWS", "option num_warps", "grid"]
+STRUCTURE = json.dumps([[["kernel", 1], *LABELS, ["grid rank", 1]]])
+WIDE = json.dumps([[["wide_kernel", 9], *LABELS, ["grid rank", 1]]])
+SPLIT = json.dumps([[["kernel", 1], *LABELS, "SPLIT", ["grid rank", 1]]])
+BLOCK, ROWS, WARPS, GRID = 2, 3, 4, 5
 
 
-def _axes(high_m=600, high_n=4096):
-    base = {"N": 100}
-    common = {"m": 8, "dims": base, "dtype": "float32", "device": "cpu"}
+def _axes(high_m=600, high_n=4096, base_n=100, rows=8):
+    common = {"m": rows, "dims": {"N": base_n}, "dtype": "float32", "device": "cpu"}
     return [{**common, "dim": "M", "values": list(range(1, high_m + 1)), "high": high_m, "exhaustive": high_m,
              "top": high_m},
             {**common, "dim": "N", "values": list(range(1, high_n + 1)), "high": high_n, "exhaustive": high_n,
@@ -20,43 +27,63 @@ def _axes(high_m=600, high_n=4096):
 
 
 def _honest(m, n):
-    """BLOCK follows the width, ROWS the batch, the grid the batch and ROWS."""
+    """BLOCK and num_warps follow the width, ROWS the batch, the grid the batch and ROWS."""
     block = 1 << max(4, (n - 1).bit_length())
     rows = 1 if m < 64 else 4
-    return STRUCTURE, (m, n, block, rows, -(-m // rows))
+    return STRUCTURE, (m, n, block, rows, 4 if block <= 2048 else 8, -(-m // rows))
 
 
-def _judge(launcher, axes=None, points=None, seen=None):
+def _with(numbers, **parts):
+    numbers = list(numbers)
+    for name, value in parts.items():
+        numbers[{"block": BLOCK, "rows": ROWS, "warps": WARPS, "grid": GRID}[name]] = value
+    return tuple(numbers)
+
+
+def _judge(launcher, axes=None, points=None, seed=7):
+    """As the worker runs it (the launcher called as asked), then as the parent does on what
+    the worker recorded; both must agree."""
     axes = axes or _axes()
-    points = points if points is not None else joint.draw(axes, random.Random(7))
-    seen = seen if seen is not None else []
+    points = points if points is not None else joint.draw(axes, random.Random(seed))
+    axes = joint.with_coordinates(axes, points)
+    rows, base_n = axes[0]["m"], axes[0]["dims"]["N"]
+    record: dict = {}
 
     def at_point(m, dims):
-        seen.append((m, dims["N"]))
-        return launcher(m, dims["N"])
+        return record.setdefault(("point", joint.key_of(m, dims)), launcher(m, dims["N"]))
 
-    along = {"M": lambda m: launcher(m, 100), "N": lambda n: launcher(8, n)}
-    return joint.judge(axes, points, at_point, along)
+    def along(dim):
+        return lambda v: record.setdefault((dim, v), launcher(v, base_n) if dim == "M" else launcher(rows, v))
+
+    live = joint.judge(axes, points, at_point, {"M": along("M"), "N": along("N")})
+    replayed = joint.judge(axes, points, lambda m, dims: record.get(("point", joint.key_of(m, dims))),
+                           {d: (lambda v, d=d: record.get((d, v))) for d in ("M", "N")})
+    assert [(p.m, p.dims, p.why) for p in live[0]] == [(p.m, p.dims, p.why) for p in replayed[0]]
+    assert live[1] == replayed[1]
+    return live
 
 
-def test_the_draw_holds_the_corner_and_the_axes_survey_every_coordinate():
+def test_the_draw_holds_the_corner_the_lattice_and_the_axes_survey_every_coordinate():
     axes = _axes()
     points = joint.draw(axes, random.Random(1))
-    assert {"m": 600, "dims": {"N": 4096}} in points and len(points) > joint.SAMPLES // 2
-    assert all(1 <= p["m"] <= 600 and 1 <= p["dims"]["N"] <= 4096 for p in points)
-    wide = [{**a, "values": a["values"][:10]} for a in axes]
-    extended = joint.with_coordinates(wide, points)
-    assert {p["m"] for p in points} <= set(extended[0]["values"])
-    assert {p["dims"]["N"] for p in points} | {100} <= set(extended[1]["values"])
+    pairs = {(p["m"], p["dims"]["N"]) for p in points}
+    assert (600, 4096) in pairs and {(63, 1025), (64, 1024), (65, 1023)} <= pairs  # corner; lattice
+    assert len(points) > joint.SAMPLES and all(1 <= m <= 600 and 1 <= n <= 4096 for m, n in pairs)
+    assert sum(m >= 300 and n >= 2048 for m, n in pairs) >= joint.NEAR_TOP // 2  # the top half, drawn
+    short = [{**a, "values": a["values"][:10]} for a in axes]
+    extended = joint.with_coordinates(short, points)
+    assert {m for m, _ in pairs} <= set(extended[0]["values"])
+    assert {n for _, n in pairs} | {100} <= set(extended[1]["values"])
     assert joint.draw(axes[:1], random.Random(1)) == []  # one axis: nothing to combine
+    assert joint.draw(axes, random.Random(2)) != points  # the secret draws the rest
 
 
 def test_a_separable_launcher_has_nothing_to_judge():
     assert _judge(_honest) == ([], None)
 
 
-def test_a_kernel_that_follows_one_axis_with_its_own_constexprs_has_nothing_to_judge():
-    def wide_rows(m, n):  # another kernel for wide rows; ROWS still follows the batch there
+def test_a_kernel_one_axis_swaps_in_keeps_the_parts_the_other_axis_moves():
+    def wide_rows(m, n):  # another kernel for wide rows, whose ROWS still follows the batch
         structure, numbers = _honest(m, n)
         return (WIDE, numbers) if n > 2048 else (structure, numbers)
 
@@ -67,78 +94,142 @@ def test_a_switch_on_two_sizes_at_once_is_judged_where_it_starts():
     """Negative control: each axis alone sees the honest launcher here."""
     def switch(m, n):
         structure, numbers = _honest(m, n)
-        if m >= 300 and n >= 3000:
-            numbers = numbers[:2] + (numbers[2] // 2,) + numbers[3:]
-        return structure, numbers
+        return structure, _with(numbers, rows=8) if m >= 300 and n >= 3000 else numbers
 
     chosen, refusal = _judge(switch)
-    assert refusal is None and len(chosen) == 1, (chosen, refusal)
-    point = chosen[0]
-    assert (point.m, point.dims) == (300, {"N": 3000}), point
-    assert "constexpr or option" in point.why and "from M = 600, N = 4096" in point.why
-    # Without the corner and with no drawn point inside the switch, nothing is found: the draw matters.
+    assert refusal is None and {(p.m, p.dims["N"]) for p in chosen} == {(300, 3000)}, (chosen, refusal)
+    assert "constexpr or option" in chosen[0].why and "the smallest sizes found" in chosen[0].why
+    # With no point inside the switch, nothing is found: the draw is what finds it.
     assert _judge(switch, points=[{"m": 10, "dims": {"N": 10}}]) == ([], None)
 
 
-def test_a_constexpr_two_dimensions_move_is_judged():
-    def both(m, n):
+def test_each_kernel_variant_of_a_switch_is_judged_not_only_the_smallest():
+    """Red team: ROWS = 8 where M >= 300 and N >= 3000 is (BLOCK 4096, ROWS 8) up to N = 4096
+    and (BLOCK 8192, ROWS 8) above; the bisection used to keep only ROWS and judge the first."""
+    def switch(m, n):
         structure, numbers = _honest(m, n)
-        return structure, numbers[:3] + (1 if m * n < 4000 else 2,) + numbers[4:]
+        return structure, _with(numbers, rows=8) if m >= 300 and n >= 3000 else numbers
+
+    chosen, refusal = _judge(switch, axes=_axes(high_n=8192))
+    assert refusal is None and {(p.m, p.dims["N"]) for p in chosen} == {(300, 3000), (300, 4097)}, chosen
+
+
+def test_a_kernel_off_both_axes_is_judged_for_every_variant_it_compiles():
+    """Red team: a launcher honest on every line an axis passes through (the base's width,
+    8 to 24 rows) that swaps in another kernel everywhere else; a harmful variant of it
+    where both sizes are large used to hide behind the kernel's first point."""
+    def off_lines(m, n):
+        structure, numbers = _honest(m, n)
+        if n == 100 or 8 <= m <= 24:
+            return structure, numbers
+        return WIDE, _with(numbers, warps=16) if m >= 400 and n >= 3000 else numbers
+
+    chosen, refusal = _judge(off_lines)
+    assert refusal is None or "combinations of sizes" in refusal, refusal
+    if refusal is None:
+        assert any(p.m >= 400 and p.dims["N"] >= 3000 for p in chosen), chosen
+
+
+def test_a_constexpr_two_dimensions_move_is_judged_and_too_many_pairings_refused():
+    def both(m, n):  # a fixed block: one pairing of ROWS = 2 with it
+        structure, numbers = _honest(m, n)
+        return structure, _with(numbers, block=1024, warps=4, rows=1 if m * n < 4000 else 2)
 
     chosen, refusal = _judge(both)
-    assert refusal is None and chosen and all("constexpr or option" in p.why for p in chosen)
+    assert refusal is None and chosen and all("constexpr or option" in p.why for p in chosen), refusal
 
-
-def test_a_number_off_its_prediction_is_judged_and_a_flat_grid_is_not():
-    def flat(m, n):  # the grid moves with both sizes: no prediction, nothing to judge
+    def budget(m, n):  # the block follows the width: ROWS = 2 beside each block is another kernel
         structure, numbers = _honest(m, n)
-        return structure, numbers[:4] + (-(-m * n // 1024),)
+        return structure, _with(numbers, rows=1 if m * n < 4000 else 2)
+
+    chosen, refusal = _judge(budget)
+    assert not chosen and "combinations of sizes" in refusal, refusal  # honest, and refused: say so
+
+
+def test_a_flat_grid_is_not_judged_and_a_run_time_switch_is():
+    def flat(m, n):  # the grid moves with both sizes, and a floor hides a change along one
+        structure, numbers = _honest(m, n)
+        return structure, _with(numbers, grid=-(-m * n // 1024))
 
     assert _judge(flat) == ([], None)
 
-    def chunk(m, n):  # a run-time integer that changes only where both sizes are large
+    def split(m, n):  # a run-time integer that changes only where both sizes are large
         structure, numbers = _honest(m, n)
-        return structure, numbers[:1] + (n if m * n < 10 ** 6 else n + 1,) + numbers[2:]
+        return SPLIT, numbers + (2 if m * n >= 10 ** 6 else 1,)
 
-    chosen, refusal = _judge(chunk)
-    assert refusal is None and len(chosen) == 1 and chosen[0].why.startswith(joint.NUMBER), chosen
+    chosen, refusal = _judge(split)
+    assert refusal is None and chosen and all(p.why.startswith(joint.NUMBER) for p in chosen), (chosen, refusal)
 
 
-def test_more_combinations_than_the_budget_are_refused():
+def test_a_number_two_axes_move_at_the_corner_is_still_judged_elsewhere():
+    """Red team: SPLIT moved by both axes at the corner only used to be predicted nowhere."""
+    def unlocked(m, n):
+        structure, numbers = _honest(m, n)
+        split = 1 + (m > 590) + (n > 4000)  # a run-time integer, not a grid entry
+        if 100 <= m <= 500 and 2100 <= n <= 3500:
+            split = 3
+        return SPLIT, numbers + (split,)
+
+    chosen, refusal = _judge(unlocked)
+    assert refusal is None and any(100 <= p.m <= 500 and 2100 <= p.dims["N"] <= 3500 for p in chosen), chosen
+
+
+def test_a_number_in_a_kernel_one_axis_swaps_in_is_predicted():
+    """Red team: a run-time integer of a kernel the width swaps in went unchecked."""
+    def chunked(m, n):
+        structure, numbers = _honest(m, n)
+        if n <= 2048:
+            return SPLIT, numbers + (1,)
+        return json.dumps([[["split_kernel", 5], *LABELS, "SPLIT", ["grid rank", 1]]]), \
+            numbers + (4 if m < 300 else 3,)
+
+    chosen, refusal = _judge(chunked)
+    assert refusal is None and any(p.m >= 300 and p.dims["N"] > 2048 for p in chosen), (chosen, refusal)
+
+
+@pytest.mark.parametrize("kind", ["variants", "numbers"])
+def test_more_combinations_than_the_budget_are_refused(kind):
+    """Red team: numbers past the budget used to be dropped (decoys filled it)."""
     def many(m, n):
         structure, numbers = _honest(m, n)
-        return structure, numbers[:3] + ((m * 7 + n * 13) % 11 + 100 if m > 20 and n > 20 else numbers[3],) + numbers[4:]
+        if m <= 20 or n <= 20 or m > 590:
+            return SPLIT, numbers + (1,)
+        odd = (m * 7 + n * 13) % (BUDGET + 5) + 100
+        return SPLIT, (_with(numbers, warps=odd) + (1,)) if kind == "variants" else numbers + (odd,)
 
     chosen, refusal = _judge(many)
-    assert not chosen and "more than the 4 an evaluation judges" in refusal, refusal
+    assert not chosen and f"more than the {BUDGET} an evaluation judges" in refusal, refusal
 
 
 def test_a_combination_too_large_to_judge_is_refused():
-    axes = _axes(high_m=8193, high_n=8192)
-
     def huge(m, n):
         structure, numbers = _honest(m, n)
-        return structure, numbers[:3] + (8 if m >= 4000 and n >= 4000 else numbers[3],) + numbers[4:]
+        return structure, _with(numbers, rows=8) if m >= 4000 and n >= 4000 else numbers
 
-    chosen, refusal = _judge(huge, axes=axes)
+    chosen, refusal = _judge(huge, axes=_axes(high_m=8193, high_n=8192))
     assert not chosen and "more than a case on cpu can judge" in refusal and "M = 4000, N = 4000" in refusal, refusal
 
 
 def test_a_point_the_record_lacks_is_a_refusal():
-    def missing(m, n):
-        return None if (m, n) == (600, 4096) else _honest(m, n)
-
-    chosen, refusal = _judge(missing)
+    axes, points = _axes(), [{"m": 600, "dims": {"N": 4096}}]
+    chosen, refusal = joint.judge(joint.with_coordinates(axes, points), points, lambda m, dims: None,
+                                  {"M": lambda v: _honest(v, 100), "N": lambda v: _honest(8, v)})
     assert not chosen and "did not report M = 600, N = 4096" in refusal, refusal
 
 
-def test_a_forged_record_is_refused_not_raised():
+@pytest.mark.parametrize("forgery", ["numbers", "nesting"])
+def test_a_forged_record_is_refused_not_raised(forgery):
+    """Red team: a structure nested past the parser's depth raised RecursionError out of the judge."""
+    deep = '["raised", ' + "[" * 100000
+
     def forged(m, n):
         structure, numbers = _honest(m, n)
-        return structure, numbers + ((7,) if m > 100 else ())
+        if m > 100:
+            return (structure, numbers + (7,)) if forgery == "numbers" else (deep, numbers)
+        return structure, numbers
 
     chosen, refusal = _judge(forged)
-    assert not chosen and "cannot be read (ValueError)" in refusal, refusal
+    assert not chosen and "cannot be read" in refusal, refusal
 
 
 def test_two_launches_at_the_base_are_refused():
@@ -147,7 +238,8 @@ def test_two_launches_at_the_base_are_refused():
     def counting(m, n):  # a launcher that counts its calls
         calls.append(1)
         structure, numbers = _honest(m, n)
-        return structure, numbers[:2] + (numbers[2] + len(calls) % 2,) + numbers[3:]
+        return structure, _with(numbers, block=numbers[BLOCK] + len(calls) % 2)
 
-    chosen, refusal = _judge(counting)
+    chosen, refusal = joint.judge(_axes(), [], lambda m, dims: counting(m, dims["N"]),
+                                  {"M": lambda v: counting(v, 100), "N": lambda v: counting(8, v)})
     assert not chosen and "follows something other than the sizes" in refusal, refusal

@@ -1,0 +1,274 @@
+"""What the survey's points of combined sizes say (:mod:`tik_agent.judge.joint`): the
+points whose launch no single dimension explains, each to be judged, or a refusal.
+
+What a point launches is predicted from the axes, as if each part of the launch
+followed one dimension at most (a block from the row width, a grid from the batch).
+A part is named by its label and its place among the labels (``constexpr BLOCK``,
+the second ``grid``), so that a kernel one axis swaps in keeps the parts it shares
+with the base's:
+
+* the launch's structure (kernel, argument kinds, grid rank) is the base's where no
+  axis changes it at the point's coordinates, that axis's where exactly one does;
+* each part is the base's where no axis moves it at the point's coordinates, and
+  that axis's where exactly one does.
+
+Off its prediction, a point launches a combination no axis showed:
+
+* another structure, or a constexpr or option (the kernel variant) off its
+  prediction or moved by two axes there;
+* a number (a grid entry, a run-time integer) off its prediction.  A number two
+  axes move at the point has no prediction (``M * N``); nor has a grid entry that two
+  axes move at any point (``cdiv(M * N, 1024)`` hides a change along one axis in its
+  floor, or makes one where neither axis has one).  So a switch carried by the grid
+  alone, where two dimensions move it, is not seen: a kernel that reads the grid
+  back (``tl.num_programs``) to split a reduction could hide one there.
+
+Each combination (the structure with every constexpr and option, and for a number
+the numbers off their prediction) is judged once, at the smallest sizes found by
+bisection, one dimension after another, that still launch it; at most
+:data:`BUDGET` combinations, each within :data:`JUDGED_ELEMENTS` of its device.
+More, larger, a record that lacks a point or cannot be read, or two axes that
+disagree at their shared base, are refusals.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from tik_agent.spec.fields import BATCH_DIM
+
+BUDGET = 12     # combinations one evaluation judges (as many as changes along the axes); more is a refusal
+# Elements of a judged point's batch (rows times the other dimensions): the interpreter pays
+# about 5-20 ms a row of a few thousand, so a CPU case of 2**23 elements takes tens of seconds.
+JUDGED_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 30}
+NUMBER = "a number (not a constexpr or option) no single dimension gives"
+_TWO_KERNELS = "two dimensions change the kernel or its arguments' kinds"
+_OTHER_KERNEL = "another kernel or argument kinds than either dimension gives"
+_VARIANT = "a constexpr or option no single dimension gives"
+
+Launch = tuple  # (structure text, numbers)
+PointLookup = Callable[[int, dict], "Launch | None"]
+
+
+@dataclass(frozen=True)
+class JointPoint:
+    m: int
+    dims: Mapping[str, int]
+    why: str
+
+    @property
+    def elements(self) -> int:
+        return self.m * math.prod(self.dims.values())
+
+
+class _Missing(Exception):
+    """The record lacks a point the analysis needs."""
+
+
+def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Mapping) -> tuple[list[JointPoint], str | None]:
+    """The points that launch a combination no axis showed (one per combination, moved to
+    the smallest sizes that still launch it), or a refusal.  ``at_point(m, dims)`` and
+    ``along[dim](size)`` give (structure, numbers) or None: in the worker they survey the
+    sizes asked for, in the parent they read the worker's record."""
+    try:
+        return _Analysis(axes, at_point, along).run(points)
+    except _Missing as exc:
+        return [], f"the survey did not report {exc} (a point of combined sizes it had to place)"
+    except Exception as exc:  # noqa: BLE001 - the record is the worker's to write: whatever fails reading it
+        return [], f"the survey's record of combined sizes cannot be read ({type(exc).__name__})"
+
+
+@functools.lru_cache(maxsize=512)
+def _parts(structure: str) -> tuple[tuple[tuple[str, int], ...], tuple[bool, ...]]:
+    """Each number's name (its label and how many of that label came before) and whether
+    it is a constexpr or an option."""
+    labels = [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
+    seen: Counter = Counter()
+    names = []
+    for label in labels:
+        names.append((label, seen[label]))
+        seen[label] += 1
+    return tuple(names), tuple(label.startswith(("constexpr ", "option ")) for label in labels)
+
+
+def _named(launch: Launch) -> dict:
+    names, _ = _parts(launch[0])
+    if len(names) != len(launch[1]):
+        raise ValueError("a launch's numbers do not match its structure")
+    return dict(zip(names, launch[1]))
+
+
+def _variant(launch: Launch) -> tuple:
+    _, flags = _parts(launch[0])
+    return launch[0], tuple(n for n, flag in zip(launch[1], flags) if flag)
+
+
+def _where(m: int, dims: Mapping) -> str:
+    return ", ".join([f"{BATCH_DIM} = {m}"] + [f"{k} = {v}" for k, v in sorted(dims.items())])
+
+
+class _Analysis:
+    def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping):
+        self.axes, self.at_point, self.along = axes, at_point, along
+        self.flat: set = set()
+
+    def get(self, m: int, dims: Mapping) -> Launch:
+        got = self.at_point(m, dict(dims))
+        if got is None:
+            raise _Missing(_where(m, dims))
+        return got
+
+    def axes_at(self, m: int, dims: Mapping) -> list:
+        """The launch along each axis at the point's coordinate on it (None: skipped or raised)."""
+        from tik_agent.judge.configs import RAISED, SKIPPED
+
+        out = []
+        for axis in self.axes:
+            size = m if axis["dim"] == BATCH_DIM else int(dims[axis["dim"]])
+            got = self.along[axis["dim"]](size)
+            if got is None:
+                raise _Missing(f"{axis['dim']} = {size}")
+            out.append(None if got[0] == SKIPPED or got[0].startswith(RAISED) else got)
+        return out
+
+    def base(self) -> Launch | str:
+        """The launch at the base (every axis at its base size), which each axis passes
+        through; a refusal when two axes report different launches there."""
+        from tik_agent.judge.configs import SKIPPED
+
+        seen = None
+        for axis in self.axes:
+            size = int(axis["m"]) if axis["dim"] == BATCH_DIM else int(axis["dims"][axis["dim"]])
+            got = self.along[axis["dim"]](size)
+            if got is None:
+                raise _Missing(f"{axis['dim']} = {size}")
+            if seen is not None and got != seen and SKIPPED not in (got[0], seen[0]):
+                return ("the launcher gave two launches for the same sizes (the base of two axes): its launch "
+                        "follows something other than the sizes")
+            seen = seen if seen is not None and seen[0] != SKIPPED else got
+        return seen
+
+    def run(self, points: list[dict]) -> tuple[list[JointPoint], str | None]:
+        from tik_agent.judge.configs import RAISED, SKIPPED
+
+        base = self.base()
+        if isinstance(base, str):
+            return [], base
+        if base[0] == SKIPPED:
+            return [], None
+        self.base_launch = base
+        placed = []
+        for point in points:
+            m, dims = int(point["m"]), dict(point["dims"])
+            got = self.get(m, dims)
+            if got[0] == SKIPPED:
+                continue
+            if got[0].startswith(RAISED):
+                return [], f"the launcher raised {json.loads(got[0])[1]} at {_where(m, dims)}, inside the declared domain"
+            placed.append((m, dims, got, self.axes_at(m, dims)))
+        self.flat = self._moved_by_two([at for *_, at in placed])
+        found: dict[tuple, JointPoint] = {}
+        for m, dims, got, at in placed:
+            off = self.unpredicted(got, at)
+            if off is None:
+                continue
+            why, key = off
+            candidate = JointPoint(m, dims, f"{why} at {_where(m, dims)}")
+            if key not in found or candidate.elements < found[key].elements:
+                found[key] = candidate
+        if len(found) > BUDGET:
+            shown = "; ".join(p.why for p in _smallest(found.values())[:3])
+            return [], (f"the launch changes with combinations of sizes in {len(found)} ways no single size shows "
+                        f"({shown}; ...): more than the {BUDGET} an evaluation judges")
+        device = self.axes[0]["device"]
+        cap = JUDGED_ELEMENTS.get(device, JUDGED_ELEMENTS["cuda"])
+        out = []
+        for key, point in sorted(found.items(), key=lambda kv: _order(kv[1])):
+            small = self.shrunk(point, key)
+            if small.elements > cap:
+                return [], f"{small.why}: {small.elements} elements, more than a case on {device} can judge ({cap})"
+            out.append(small)
+        return out, None
+
+    def _moved_by_two(self, alongs: list[list]) -> set:
+        """The grid entries two axes move at some point's coordinates."""
+        base = _named(self.base_launch)
+        numbers = [name for name in base if name[0] == "grid"]
+        out = set()
+        for along in alongs:
+            named = [_named(a) for a in along if a is not None]
+            for name in numbers:
+                if sum(name in a and a[name] != base[name] for a in named) > 1:
+                    out.add(name)
+        return out
+
+    def unpredicted(self, got: Launch, along: list) -> tuple[str, tuple] | None:
+        """Why ``got`` is not what the axes predict, and its combination (the key it is judged
+        under), or None."""
+        base = self.base_launch
+        moved = [a for a in along if a is not None and a[0] != base[0]]
+        if len(moved) > 1:
+            return _TWO_KERNELS, _variant(got)
+        if got[0] != (moved[0][0] if moved else base[0]):
+            return _OTHER_KERNEL, _variant(got)
+        names, flags = _parts(got[0])
+        values, at_base = _named(got), _named(base)
+        named = [_named(a) for a in along if a is not None]
+        off, variant = [], False
+        for name, flag in zip(names, flags):
+            before = at_base.get(name)
+            changed = [a[name] for a in named if name in a and a[name] != before]
+            if not flag and (len(changed) > 1 or name in self.flat):
+                continue  # a number two dimensions move here, or a grid entry they move somewhere
+            if len(changed) > 1 or values[name] != (changed[0] if changed else before):
+                off.append((name, values[name]))
+                variant = variant or flag
+        if not off:
+            return None
+        if variant:
+            return _VARIANT, _variant(got)
+        return NUMBER, (*_variant(got), tuple(off))
+
+    def shrunk(self, point: JointPoint, key: tuple) -> JointPoint:
+        """The point moved, one dimension after another (the batch first), to the smallest
+        size at which the launch is still the same combination (by bisection): a switch on
+        ``M > 600 and N > 3000`` found at the corner is judged at M = 600, N = 3000."""
+        from tik_agent.judge.configs import SKIPPED
+
+        m, dims = point.m, dict(point.dims)
+
+        def same(m_: int, dims_: dict) -> bool:
+            got = self.get(m_, dims_)
+            off = None if got[0] == SKIPPED else self.unpredicted(got, self.axes_at(m_, dims_))
+            return off is not None and off[1] == key
+
+        for axis in self.axes:
+            d = axis["dim"]
+            lo, hi = min(axis["values"]) - 1, m if d == BATCH_DIM else dims[d]  # hi launches it; lo is below
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if same(mid, dims) if d == BATCH_DIM else same(m, {**dims, d: mid}):
+                    hi = mid
+                else:
+                    lo = mid
+            if d == BATCH_DIM:
+                m = hi
+            else:
+                dims[d] = hi
+        if (m, dims) == (point.m, dict(point.dims)):
+            return point
+        return JointPoint(m, dims, f"{point.why.rsplit(' at ', 1)[0]} at {_where(m, dims)} (the smallest sizes "
+                                   f"found that launch it, from {_where(point.m, point.dims)})")
+
+
+def _order(p: JointPoint) -> tuple:
+    return p.elements, p.m, sorted(p.dims.items())
+
+
+def _smallest(points) -> list[JointPoint]:
+    return sorted(points, key=_order)
