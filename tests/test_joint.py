@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tik_agent.judge import joint
-from tik_agent.judge.joint_analysis import BUDGET
+from tik_agent.judge.joint_analysis import BUDGET, PAIRINGS
 
 LABELS = ["M", "N", "constexpr BLOCK", "constexpr ROWS", "option num_warps", "grid"]
 STRUCTURE = json.dumps([[["kernel", 1], *LABELS, ["grid rank", 1]]])
@@ -40,9 +40,15 @@ def _with(numbers, **parts):
     return tuple(numbers)
 
 
-def _judge(launcher, axes=None, points=None, seed=7):
+def _combinations(chosen) -> list:
+    """The judged points that are combinations no axis predicts (not predicted pairings)."""
+    return [p for p in chosen if "no axis launches" not in p.why]
+
+
+def _judge(launcher, axes=None, points=None, seed=7, pairings=False):
     """As the worker runs it (the launcher called as asked), then as the parent does on what
-    the worker recorded; both must agree."""
+    the worker recorded; both must agree.  The predicted pairings drawn for judging are left
+    out unless ``pairings``."""
     axes = axes or _axes()
     points = points if points is not None else joint.draw(axes, random.Random(seed))
     axes = joint.with_coordinates(axes, points)
@@ -55,12 +61,12 @@ def _judge(launcher, axes=None, points=None, seed=7):
     def along(dim):
         return lambda v: record.setdefault((dim, v), launcher(v, base_n) if dim == "M" else launcher(rows, v))
 
-    live = joint.judge(axes, points, at_point, {"M": along("M"), "N": along("N")})
+    live = joint.judge(axes, points, at_point, {"M": along("M"), "N": along("N")}, seed)
     replayed = joint.judge(axes, points, lambda m, dims: record.get(("point", joint.key_of(m, dims))),
-                           {d: (lambda v, d=d: record.get((d, v))) for d in ("M", "N")})
+                           {d: (lambda v, d=d: record.get((d, v))) for d in ("M", "N")}, seed)
     assert [(p.m, p.dims, p.why) for p in live[0]] == [(p.m, p.dims, p.why) for p in replayed[0]]
     assert live[1] == replayed[1]
-    return live
+    return live if pairings else (_combinations(live[0]), live[1])
 
 
 def test_the_draw_holds_the_corner_the_lattice_and_the_axes_survey_every_coordinate():
@@ -80,6 +86,27 @@ def test_the_draw_holds_the_corner_the_lattice_and_the_axes_survey_every_coordin
 
 def test_a_separable_launcher_has_nothing_to_judge():
     assert _judge(_honest) == ([], None)
+
+
+def test_pairings_no_axis_launched_are_judged_a_few_at_a_time_drawn_from_the_secret():
+    """ROWS = 4 (from M >= 64) beside a BLOCK other than the base width's is a kernel no axis
+    launches: predicted, so no switch, but compiled by no case.  Each evaluation judges a
+    few of them, at the smallest sizes that launch them; over secrets, every one."""
+    drawn = set()
+    for seed in range(16):
+        chosen, refusal = _judge(_honest, seed=seed, pairings=True)
+        assert refusal is None and not _combinations(chosen)
+        assert 0 < len(chosen) <= PAIRINGS and all("no axis launches" in p.why for p in chosen)
+        starts = {1, 17, 33, 129, 257, 513, 1025, 2049}  # where each block but the base width's (128) starts
+        assert all(p.m == 64 and p.dims["N"] in starts for p in chosen), chosen
+        drawn |= {p.dims["N"] for p in chosen}
+    assert drawn == starts
+
+    def one_block(m, n):  # negative control: a launcher whose pairings the axes all launch
+        structure, numbers = _honest(m, n)
+        return structure, _with(numbers, block=4096, warps=8)
+
+    assert _judge(one_block, pairings=True) == ([], None)
 
 
 def test_a_kernel_one_axis_swaps_in_keeps_the_parts_the_other_axis_moves():

@@ -63,7 +63,7 @@ def survey_findings(survey: dict, record: dict) -> configs.Findings:
     except Exception as exc:  # noqa: BLE001 - as above
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
-                                  {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]})
+                                  {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"])
     if refusal is not None:
         return configs.Findings(refusal=refusal)
     found.joint = chosen

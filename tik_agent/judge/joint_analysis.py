@@ -23,6 +23,11 @@ Off its prediction, a point launches a combination no axis showed:
   alone, where two dimensions move it, is not seen: a kernel that reads the grid
   back (``tl.num_programs``) to split a reduction could hide one there.
 
+A kernel variant that the prediction gives but no axis launched (a block the width
+picks beside rows the batch picks: a kernel no case may have compiled) is no switch,
+and there may be many; :data:`PAIRINGS` of them, drawn from the survey's secret, are
+judged at the smallest sizes that launch them (those within the cap).
+
 Each combination (the structure with every constexpr and option, and for a number
 the numbers off their prediction) is judged once, at the smallest sizes found by
 bisection, one dimension after another, that still launch it; at most
@@ -36,6 +41,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import random
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -50,6 +56,9 @@ NUMBER = "a number (not a constexpr or option) no single dimension gives"
 _TWO_KERNELS = "two dimensions change the kernel or its arguments' kinds"
 _OTHER_KERNEL = "another kernel or argument kinds than either dimension gives"
 _VARIANT = "a constexpr or option no single dimension gives"
+_PAIRING = "a kernel variant no axis launches (a pairing of what each dimension gives)"
+PAIRED = "pairing"  # the key of a predicted pairing: judged where that compiled kernel runs
+PAIRINGS = 4  # predicted pairings judged per evaluation, drawn
 
 Launch = tuple  # (structure text, numbers)
 PointLookup = Callable[[int, dict], "Launch | None"]
@@ -70,13 +79,15 @@ class _Missing(Exception):
     """The record lacks a point the analysis needs."""
 
 
-def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Mapping) -> tuple[list[JointPoint], str | None]:
+def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Mapping,
+          seed: int = 0) -> tuple[list[JointPoint], str | None]:
     """The points that launch a combination no axis showed (one per combination, moved to
-    the smallest sizes that still launch it), or a refusal.  ``at_point(m, dims)`` and
+    the smallest sizes that still launch it), and a few predicted pairings no axis
+    launched (drawn with ``seed``), or a refusal.  ``at_point(m, dims)`` and
     ``along[dim](size)`` give (structure, numbers) or None: in the worker they survey the
     sizes asked for, in the parent they read the worker's record."""
     try:
-        return _Analysis(axes, at_point, along).run(points)
+        return _Analysis(axes, at_point, along, seed).run(points)
     except _Missing as exc:
         return [], f"the survey did not report {exc} (a point of combined sizes it had to place)"
     except Exception as exc:  # noqa: BLE001 - the record is the worker's to write: whatever fails reading it
@@ -113,8 +124,8 @@ def _where(m: int, dims: Mapping) -> str:
 
 
 class _Analysis:
-    def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping):
-        self.axes, self.at_point, self.along = axes, at_point, along
+    def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping, seed: int):
+        self.axes, self.at_point, self.along, self.seed = axes, at_point, along, seed
         self.flat: set = set()
 
     def get(self, m: int, dims: Mapping) -> Launch:
@@ -173,14 +184,17 @@ class _Analysis:
             placed.append((m, dims, got, self.axes_at(m, dims)))
         self.flat = self._moved_by_two([at for *_, at in placed])
         found: dict[tuple, JointPoint] = {}
+        pairings: dict[tuple, JointPoint] = {}  # kernel variants no axis launched, as predicted
+        on_axes = self._axis_variants()
         for m, dims, got, at in placed:
             off = self.unpredicted(got, at)
             if off is None:
+                variant = _variant(got)
+                if variant not in on_axes:
+                    _keep(pairings, (PAIRED, variant), JointPoint(m, dims, f"{_PAIRING} at {_where(m, dims)}"))
                 continue
             why, key = off
-            candidate = JointPoint(m, dims, f"{why} at {_where(m, dims)}")
-            if key not in found or candidate.elements < found[key].elements:
-                found[key] = candidate
+            _keep(found, key, JointPoint(m, dims, f"{why} at {_where(m, dims)}"))
         if len(found) > BUDGET:
             shown = "; ".join(p.why for p in _smallest(found.values())[:3])
             return [], (f"the launch changes with combinations of sizes in {len(found)} ways no single size shows "
@@ -193,7 +207,31 @@ class _Analysis:
             if small.elements > cap:
                 return [], f"{small.why}: {small.elements} elements, more than a case on {device} can judge ({cap})"
             out.append(small)
+        # Predicted pairings no case compiled (a block from one axis beside rows from the other):
+        # as many as PAIRINGS, drawn from the survey's secret, those within the cap.
+        ordered = sorted(pairings.items(), key=lambda kv: _order(kv[1]))
+        for key, point in random.Random(self.seed).sample(ordered, min(PAIRINGS, len(ordered))):
+            small = self.shrunk(point, key)
+            if small.elements <= cap and small not in out:
+                out.append(small)
         return out, None
+
+    def _axis_variants(self) -> set:
+        """The kernel variants the axes launch at the sizes the plan lists (both sides read
+        the same ones; the sizes a bisection added are the worker's and the parent's alike,
+        but not their order)."""
+        from tik_agent.judge.configs import RAISED, SKIPPED
+
+        out = set()
+        for axis in self.axes:
+            lookup = self.along[axis["dim"]]
+            for size in axis["values"]:
+                got = lookup(int(size))
+                if got is None:
+                    raise _Missing(f"{axis['dim']} = {size}")
+                if got[0] != SKIPPED and not got[0].startswith(RAISED):
+                    out.add(_variant(got))
+        return out
 
     def _moved_by_two(self, alongs: list[list]) -> set:
         """The grid entries two axes move at some point's coordinates."""
@@ -244,7 +282,11 @@ class _Analysis:
 
         def same(m_: int, dims_: dict) -> bool:
             got = self.get(m_, dims_)
-            off = None if got[0] == SKIPPED else self.unpredicted(got, self.axes_at(m_, dims_))
+            if got[0] == SKIPPED:
+                return False
+            if key[0] == PAIRED:  # the same compiled kernel, predicted or not
+                return _variant(got) == key[1]
+            off = self.unpredicted(got, self.axes_at(m_, dims_))
             return off is not None and off[1] == key
 
         for axis in self.axes:
@@ -264,6 +306,12 @@ class _Analysis:
             return point
         return JointPoint(m, dims, f"{point.why.rsplit(' at ', 1)[0]} at {_where(m, dims)} (the smallest sizes "
                                    f"found that launch it, from {_where(point.m, point.dims)})")
+
+
+def _keep(found: dict, key: tuple, candidate: JointPoint) -> None:
+    """The smallest point of each combination."""
+    if key not in found or candidate.elements < found[key].elements:
+        found[key] = candidate
 
 
 def _order(p: JointPoint) -> tuple:

@@ -154,7 +154,7 @@ def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int | tuple[int
     return tuple(s for s, _ in described), tuple(n for _, ns in described for n in ns)
 
 
-def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list[dict] = ()) -> dict:
+def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list[dict] = (), seed: int = 0) -> dict:
     """Every size of every axis of ``plan``, and those the analysis asks for, then each point
     of combined sizes in ``points`` and those its analysis asks for
     (:mod:`tik_agent.judge.joint`): the record."""
@@ -195,7 +195,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
                 combined[key] = text(structure), numbers
             return combined[key]
 
-        joint.judge(plan, list(points), at_point, probes)  # asks for the sizes its placements need
+        joint.judge(plan, list(points), at_point, probes, seed)  # asks for the sizes its placements need
     axes = []
     for axis in plan:
         rows = []

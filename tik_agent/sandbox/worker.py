@@ -240,7 +240,7 @@ def _survey(plan: dict, spec, entry, runner, outputs: dict, workdir: Path, resul
     from tik_agent.judge.config_cases import boundary_cases, survey_findings
     from tik_agent.sandbox.survey import run_survey
 
-    record = run_survey(spec, entry, plan["axes"], plan.get("joint") or [])
+    record = run_survey(spec, entry, plan["axes"], plan.get("joint") or [], plan["seed"])
     result["survey"] = record
     found = survey_findings(plan, record)
     if found.refusal is not None:
