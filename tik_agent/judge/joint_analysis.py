@@ -126,7 +126,8 @@ def _where(m: int, dims: Mapping) -> str:
 class _Analysis:
     def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping, seed: int):
         self.axes, self.at_point, self.along, self.seed = axes, at_point, along, seed
-        self.flat: set = set()
+        self.flat: set = set()  # grid entries two axes move somewhere (see _moved_by_two)
+        self.base_launch: Launch = ("", ())  # set by run()
 
     def get(self, m: int, dims: Mapping) -> Launch:
         got = self.at_point(m, dict(dims))
