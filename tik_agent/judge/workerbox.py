@@ -18,6 +18,7 @@ import threading
 from contextlib import nullcontext
 from pathlib import Path
 
+from tik_agent.judge import stale_boxes
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.phases import PhaseWatch
 from tik_agent.judge.records import Verdict
@@ -43,7 +44,8 @@ class WorkerBox:
     """A temporary directory laid out for one worker run."""
 
     def __init__(self, spec: KernelSpec, keep: bool):
-        self.dir = Path(tempfile.mkdtemp(prefix="tik-eval-"))
+        stale_boxes.sweep_once()  # what a killed evaluation left behind (its requests hold secrets)
+        self.dir = Path(tempfile.mkdtemp(prefix=stale_boxes.prefix(keep)))
         self.keep = keep
         self.forked = False  # whether the last run's worker forked from the warm server
         spec_dir = self.dir / "spec"
