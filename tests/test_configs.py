@@ -236,6 +236,23 @@ def test_a_survey_records_the_launch_and_runs_no_program(kernel):
     assert kernel.SEEN[0] == kernel.SEEN[1]               # the grid callable saw the same meta both times
 
 
+def test_a_long_value_is_recorded_whole_not_cut():
+    """Red team: a string constexpr was recorded as its repr's first 200 characters, so a
+    launcher whose mode string differed only past them launched two kernels the survey saw
+    as one (tests of the whole survey blind to that switch)."""
+    from tik_agent.sandbox.survey import describe
+
+    kernel = type("K", (), {"fn": None})()
+    prefix = "x" * 225
+
+    def launch(mode):
+        return describe({"kernel": kernel, "args": (), "kwargs": {"MODE": mode}, "grid": (1,)})[0]
+
+    assert launch(prefix + "a") != launch(prefix + "b")
+    assert launch(prefix + "a") == launch(prefix + "a")
+    assert launch("short") == launch("short") and ("option MODE", "str", "'short'") in launch("short")
+
+
 def test_a_launch_that_raised_fails_the_judged_call_even_when_caught(kernel):
     import torch
 

@@ -188,6 +188,34 @@ def test_a_flat_grid_is_not_judged_and_a_run_time_switch_is():
     assert refusal is None and chosen and all(p.why.startswith(joint.NUMBER) for p in chosen), (chosen, refusal)
 
 
+def test_a_product_of_the_sizes_is_predicted_and_one_more_where_both_are_large_is_judged():
+    """Red team: ``numel = M * N + min(1, M // 300) * min(1, N // 3000)``, a run-time integer
+    the kernel compares with its index, was predicted nowhere (two axes move it)."""
+    def numel(flag):
+        def launcher(m, n):
+            structure, numbers = _honest(m, n)
+            extra = min(1, m // 300) * min(1, n // 3000) if flag else 0
+            return SPLIT, numbers + (m * n + extra,)
+        return launcher
+
+    assert _judge(numel(False)) == ([], None)  # M * N itself: a bilinear rule, no combination
+    chosen, refusal = _judge(numel(True))
+    assert refusal is not None or any(p.m >= 300 and p.dims["N"] >= 3000 for p in chosen), (chosen, refusal)
+
+    def tiles(m, n):  # tiles of each dimension, multiplied: a product rule
+        structure, numbers = _honest(m, n)
+        return SPLIT, numbers + (-(-m // 16) * -(-n // 64),)
+
+    assert _judge(tiles) == ([], None)
+
+    def flat_tiles(m, n):  # a floor of M * N fits no rule, and its floor moves off the prediction
+        structure, numbers = _honest(m, n)
+        return SPLIT, numbers + (-(-m * n // 1024),)
+
+    chosen, refusal = _judge(flat_tiles)  # honest, and refused: docs/security.md says so
+    assert not chosen and "combinations of sizes" in refusal, refusal
+
+
 def test_a_number_two_axes_move_at_the_corner_is_still_judged_elsewhere():
     """Red team: SPLIT moved by both axes at the corner only used to be predicted nowhere."""
     def unlocked(m, n):

@@ -51,19 +51,22 @@ def survey_findings(survey: dict, record: dict) -> configs.Findings:
     """What the worker's record says along each axis and at the combined points: the same
     analysis in the worker (which runs the cases) and in the parent (which judges them)."""
     try:
-        found = configs.findings(survey["axes"], record)
+        along = configs.decode(record)
+        found = configs.findings(survey["axes"], record, along)
     except Exception as exc:  # noqa: BLE001 - the record is the worker's to write (a structure nested past the parser's depth)
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     points = survey.get("joint") or []
     if found.refusal is not None or not points:
         return found
     try:
-        along = configs.decode(record)
         got = joint.decode(record)
     except Exception as exc:  # noqa: BLE001 - as above
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
-    chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
-                                  {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"])
+    try:
+        chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
+                                      {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"])
+    except Exception as exc:  # noqa: BLE001 - the record is the worker's to write
+        return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     if refusal is not None:
         return configs.Findings(refusal=refusal)
     found.joint = chosen

@@ -365,10 +365,11 @@ def decode(record: Mapping) -> dict[str, dict[int, tuple]]:
     return out
 
 
-def findings(plan: list[dict], record: Mapping) -> Findings:
-    """The boundaries of every axis (or the first refusal), from a worker's record."""
+def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> Findings:
+    """The boundaries of every axis (or the first refusal), from a worker's record (or from
+    ``points``, the record already decoded)."""
     try:
-        points = decode(record)
+        points = decode(record) if points is None else points
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         return Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     out = Findings()

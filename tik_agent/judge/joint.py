@@ -10,7 +10,8 @@ points of combined sizes (:func:`draw`): the corner of the largest judged sizes,
 of two and their neighbours crossed over every dimension (at most :data:`LATTICE`
 of it, drawn), and :data:`SAMPLES` points drawn log-uniform over every dimension at
 once.  Each axis surveys the points' coordinates too.  A launcher call costs a
-quarter of a millisecond here, so the few thousand points cost about a second.
+quarter of a millisecond here, so the 3,300 points of rmsnorm's domain cost about a
+second.
 
 What the points say, and what is judged or refused, is
 :mod:`tik_agent.judge.joint_analysis`.  A switch on a region of combined sizes that
@@ -27,7 +28,7 @@ from typing import Mapping
 from tik_agent.judge.joint_analysis import NUMBER, JointPoint, judge  # noqa: F401  (this module's interface)
 from tik_agent.spec.fields import BATCH_DIM
 
-SAMPLES = 512   # points drawn log-uniform over every dimension at once
+SAMPLES = 2048  # points drawn log-uniform over every dimension at once
 LATTICE = 2048  # points of the powers-of-two lattice at most (drawn from it when it is larger)
 NEAR_TOP = 16   # points drawn uniform in the top half of every dimension's judged range
 

@@ -44,6 +44,7 @@ import math
 import random
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Mapping
 
 from tik_agent.spec.fields import BATCH_DIM
@@ -59,6 +60,8 @@ _VARIANT = "a constexpr or option no single dimension gives"
 _PAIRING = "a kernel variant no axis launches (a pairing of what each dimension gives)"
 PAIRED = "pairing"  # the key of a predicted pairing: judged where that compiled kernel runs
 PAIRINGS = 4  # predicted pairings judged per evaluation, drawn
+BILINEAR_SHARE = 0.9  # of the points two axes move a number at, the share one bilinear rule must fit
+BILINEAR_MIN = 8      # and how many at least
 
 Launch = tuple  # (structure text, numbers)
 PointLookup = Callable[[int, dict], "Launch | None"]
@@ -90,7 +93,9 @@ def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Ma
         return _Analysis(axes, at_point, along, seed).run(points)
     except _Missing as exc:
         return [], f"the survey did not report {exc} (a point of combined sizes it had to place)"
-    except Exception as exc:  # noqa: BLE001 - the record is the worker's to write: whatever fails reading it
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        # The record is the worker's to write (a structure nested past the parser's depth);
+        # anything else (the host-ops mode's refusal of a survey call, in the worker) goes on.
         return [], f"the survey's record of combined sizes cannot be read ({type(exc).__name__})"
 
 
@@ -107,7 +112,10 @@ def _parts(structure: str) -> tuple[tuple[tuple[str, int], ...], tuple[bool, ...
     return tuple(names), tuple(label.startswith(("constexpr ", "option ")) for label in labels)
 
 
+@functools.lru_cache(maxsize=16384)
 def _named(launch: Launch) -> dict:
+    """The launch's numbers by name (cached: the axes' launches recur at every point; callers
+    only read the dict)."""
     names, _ = _parts(launch[0])
     if len(names) != len(launch[1]):
         raise ValueError("a launch's numbers do not match its structure")
@@ -128,6 +136,7 @@ class _Analysis:
         self.axes, self.at_point, self.along, self.seed = axes, at_point, along, seed
         self.flat: set = set()  # grid entries two axes move somewhere (see _moved_by_two)
         self.base_launch: Launch = ("", ())  # set by run()
+        self.bilinear: dict = {}  # (number, axis, axis) -> its factor (see _bilinear)
 
     def get(self, m: int, dims: Mapping) -> Launch:
         got = self.at_point(m, dict(dims))
@@ -184,11 +193,12 @@ class _Analysis:
                 return [], f"the launcher raised {json.loads(got[0])[1]} at {_where(m, dims)}, inside the declared domain"
             placed.append((m, dims, got, self.axes_at(m, dims)))
         self.flat = self._moved_by_two([at for *_, at in placed])
+        self.bilinear = self._bilinear(placed)
         found: dict[tuple, JointPoint] = {}
         pairings: dict[tuple, JointPoint] = {}  # kernel variants no axis launched, as predicted
         on_axes = self._axis_variants()
         for m, dims, got, at in placed:
-            off = self.unpredicted(got, at)
+            off = self.unpredicted(got, at, (m, dims))
             if off is None:
                 variant = _variant(got)
                 if variant not in on_axes:
@@ -234,6 +244,46 @@ class _Analysis:
                     out.add(_variant(got))
         return out
 
+    def _deltas(self, m: int, dims: Mapping) -> list[int]:
+        """How far the point lies from the base along each axis."""
+        return [(m if a["dim"] == BATCH_DIM else int(dims[a["dim"]])) -
+                (int(a["m"]) if a["dim"] == BATCH_DIM else int(a["dims"][a["dim"]])) for a in self.axes]
+
+    def _bilinear(self, placed: list) -> dict:
+        """For each number (not a constexpr, option or grid entry) that two axes move at some
+        points, the rule most of those points share, where at least :data:`BILINEAR_SHARE` of
+        them (and :data:`BILINEAR_MIN` at least) do: the factor ``c`` of ``f(m, n) = f(m, b) +
+        f(r, n) - f(r, b) + c (m - r)(n - b)`` (``M * N``: c = 1), or ``"product"``, ``f(m, n)
+        = f(m, b) f(r, n) / f(r, b)`` (``cdiv(M, BM) * cdiv(N, BN)``).  One more where both
+        sizes are large then leaves the rule there.  A number no rule fits (a floor of ``M *
+        N``) is predicted nowhere two axes move it, and where one axis moves it its floor can
+        put it off the prediction: such a launcher is judged at those points, or refused past
+        the budget."""
+        base = _named(self.base_launch)
+        _, flags = _parts(self.base_launch[0])
+        numbers = [name for name, flag in zip(base, flags) if not flag and name[0] != "grid"]
+        seen: dict[tuple, Counter] = {}
+        for m, dims, got, along in placed:
+            if got[0] != self.base_launch[0]:
+                continue
+            values, deltas = _named(got), self._deltas(m, dims)
+            named = [None if a is None or a[0] != self.base_launch[0] else _named(a) for a in along]
+            for name in numbers:
+                moves = [(k, a[name]) for k, a in enumerate(named) if a is not None and a[name] != base[name]]
+                if len(moves) != 2:
+                    continue
+                (i, a_i), (j, a_j) = moves
+                c = Fraction(values[name] - a_i - a_j + base[name], deltas[i] * deltas[j])
+                product = values[name] * base[name] == a_i * a_j and base[name] != 0
+                seen.setdefault((name, i, j), Counter()).update([c] + (["product"] if product else []))
+        rules = {}
+        for key, counts in seen.items():
+            total = sum(n for rule, n in counts.items() if rule != "product")
+            rule, n = max(counts.items(), key=lambda kv: (kv[1], kv[0] == "product"))
+            if total >= BILINEAR_MIN and n >= BILINEAR_SHARE * total:
+                rules[key] = rule
+        return rules
+
     def _moved_by_two(self, alongs: list[list]) -> set:
         """The grid entries two axes move at some point's coordinates."""
         base = _named(self.base_launch)
@@ -246,9 +296,9 @@ class _Analysis:
                     out.add(name)
         return out
 
-    def unpredicted(self, got: Launch, along: list) -> tuple[str, tuple] | None:
-        """Why ``got`` is not what the axes predict, and its combination (the key it is judged
-        under), or None."""
+    def unpredicted(self, got: Launch, along: list, where: tuple | None = None) -> tuple[str, tuple] | None:
+        """Why ``got`` (launched at ``where``, ``(m, dims)``) is not what the axes predict, and
+        its combination (the key it is judged under), or None."""
         base = self.base_launch
         moved = [a for a in along if a is not None and a[0] != base[0]]
         if len(moved) > 1:
@@ -257,11 +307,18 @@ class _Analysis:
             return _OTHER_KERNEL, _variant(got)
         names, flags = _parts(got[0])
         values, at_base = _named(got), _named(base)
-        named = [_named(a) for a in along if a is not None]
+        named = [None if a is None else _named(a) for a in along]
         off, variant = [], False
         for name, flag in zip(names, flags):
             before = at_base.get(name)
-            changed = [a[name] for a in named if name in a and a[name] != before]
+            moves = [(k, a[name]) for k, a in enumerate(named) if a is not None and name in a and a[name] != before]
+            changed = [v for _, v in moves]
+            if not flag and len(moves) == 2 and (name, moves[0][0], moves[1][0]) in self.bilinear and where:
+                (i, a_i), (j, a_j) = moves
+                deltas = self._deltas(*where)
+                if values[name] != _rule(self.bilinear[(name, i, j)], a_i, a_j, before, deltas[i], deltas[j]):
+                    off.append((name, values[name]))
+                continue
             if not flag and (len(changed) > 1 or name in self.flat):
                 continue  # a number two dimensions move here, or a grid entry they move somewhere
             if len(changed) > 1 or values[name] != (changed[0] if changed else before):
@@ -271,7 +328,9 @@ class _Analysis:
             return None
         if variant:
             return _VARIANT, _variant(got)
-        return NUMBER, (*_variant(got), tuple(off))
+        # A grid entry off its prediction takes many values (a persistent grid of min(M, SMs *
+        # occupancy)): one combination per entry, not per value; other numbers, per value.
+        return NUMBER, (*_variant(got), tuple((name, None if name[0] == "grid" else n) for name, n in off))
 
     def shrunk(self, point: JointPoint, key: tuple) -> JointPoint:
         """The point moved, one dimension after another (the batch first), to the smallest
@@ -287,7 +346,7 @@ class _Analysis:
                 return False
             if key[0] == PAIRED:  # the same compiled kernel, predicted or not
                 return _variant(got) == key[1]
-            off = self.unpredicted(got, self.axes_at(m_, dims_))
+            off = self.unpredicted(got, self.axes_at(m_, dims_), (m_, dims_))
             return off is not None and off[1] == key
 
         for axis in self.axes:
@@ -307,6 +366,14 @@ class _Analysis:
             return point
         return JointPoint(m, dims, f"{point.why.rsplit(' at ', 1)[0]} at {_where(m, dims)} (the smallest sizes "
                                    f"found that launch it, from {_where(point.m, point.dims)})")
+
+
+def _rule(rule, a_i: int, a_j: int, base: int, d_i: int, d_j: int):
+    """A number two axes move, from its values along them: their product over the base's
+    (``cdiv(M, BM) * cdiv(N, BN)``), or bilinear with factor ``rule`` (``M * N``: 1)."""
+    if rule == "product":
+        return Fraction(a_i * a_j, base)
+    return a_i + a_j - base + rule * d_i * d_j
 
 
 def _keep(found: dict, key: tuple, candidate: JointPoint) -> None:

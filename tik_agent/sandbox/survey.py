@@ -64,10 +64,23 @@ def _describe_value(name: str, value, structure: list, numbers: list, tensor: ty
         structure.append(name)
         numbers.append(int(value))
     else:
-        structure.append((name, kind.__name__, repr(value)[:200]))
+        structure.append((name, kind.__name__, _text(value)))
 
 
 _DTYPE_TEXT: dict = {}  # torch dtype -> its str(), which torch builds anew at each call
+_SHOWN = 200  # characters of a value's repr kept as they are; a longer one is cut and hashed whole
+
+
+def _text(value) -> str:
+    """A value that is not an integer or a tensor (a float, a string or tuple constexpr), as
+    the structure holds it: its repr, cut at :data:`_SHOWN` characters with a digest of the
+    whole (two strings that differ only past the cut are two launches)."""
+    import hashlib
+
+    text = repr(value)
+    if len(text) <= _SHOWN:
+        return text
+    return text[:_SHOWN] + "...sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 _LAYOUTS: dict = {}  # (kernel, its function, positional count, keyword names) -> where each value comes from
