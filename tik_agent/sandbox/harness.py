@@ -12,7 +12,6 @@ import importlib.util
 import inspect
 import itertools
 import logging
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
