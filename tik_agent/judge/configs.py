@@ -175,7 +175,12 @@ def _changes(dim: str, values: list[int], lookup: Lookup) -> list[Boundary]:
     return out + _numeric(dim, segment, lookup, variants)
 
 
-def _labels(structure: str) -> list[str]:
+def is_variant(label: str) -> bool:
+    """Whether a number of a structure is part of the kernel variant (a constexpr or an option)."""
+    return label.startswith(("constexpr ", "option "))
+
+
+def structure_labels(structure: str) -> list[str]:
     """The label of each number of a structure, in order ("constexpr BLOCK", "option num_warps", "grid", "M")."""
     return [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
 
@@ -186,8 +191,8 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
     if not segment:
         return []
     structure = _get(lookup, segment[0])[0]
-    labels = _labels(structure)
-    fixed = [i for i, label in enumerate(labels) if label.startswith(("constexpr ", "option "))]
+    labels = structure_labels(structure)
+    fixed = [i for i, label in enumerate(labels) if is_variant(label)]
     out = []
     rows = [_get(lookup, v)[1] for v in segment]  # each point read once (every one was read before)
     for v, row in zip(segment, rows):

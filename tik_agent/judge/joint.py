@@ -25,6 +25,7 @@ import math
 import random
 from typing import Mapping
 
+from tik_agent.judge.configs import SKIPPED
 from tik_agent.judge.joint_analysis import NUMBER, JointPoint, judge  # noqa: F401  (this module's interface)
 from tik_agent.spec.fields import BATCH_DIM
 
@@ -90,8 +91,6 @@ def with_coordinates(axes: list[dict], points: list[dict]) -> list[dict]:
 def decode(record: Mapping) -> dict[tuple, tuple]:
     """The record's points of combined sizes as {(m, dims as sorted pairs): (structure, numbers)},
     SKIPPED for one past the byte cap.  Raises ValueError on a malformed record."""
-    from tik_agent.judge.configs import SKIPPED
-
     structures = [str(s) for s in record["structures"]]
     out = {}
     for entry in record.get("joint", []):

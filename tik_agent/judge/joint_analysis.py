@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping
 
+from tik_agent.judge.configs import RAISED, SKIPPED, is_variant, structure_labels
 from tik_agent.spec.fields import BATCH_DIM
 
 BUDGET = 12     # combinations one evaluation judges (as many as changes along the axes); more is a refusal
@@ -103,13 +104,13 @@ def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Ma
 def _parts(structure: str) -> tuple[tuple[tuple[str, int], ...], tuple[bool, ...]]:
     """Each number's name (its label and how many of that label came before) and whether
     it is a constexpr or an option."""
-    labels = [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
+    labels = structure_labels(structure)
     seen: Counter = Counter()
     names = []
     for label in labels:
         names.append((label, seen[label]))
         seen[label] += 1
-    return tuple(names), tuple(label.startswith(("constexpr ", "option ")) for label in labels)
+    return tuple(names), tuple(is_variant(label) for label in labels)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -146,8 +147,6 @@ class _Analysis:
 
     def axes_at(self, m: int, dims: Mapping) -> list:
         """The launch along each axis at the point's coordinate on it (None: skipped or raised)."""
-        from tik_agent.judge.configs import RAISED, SKIPPED
-
         out = []
         for axis in self.axes:
             size = m if axis["dim"] == BATCH_DIM else int(dims[axis["dim"]])
@@ -160,8 +159,6 @@ class _Analysis:
     def base(self) -> Launch | str:
         """The launch at the base (every axis at its base size), which each axis passes
         through; a refusal when two axes report different launches there."""
-        from tik_agent.judge.configs import SKIPPED
-
         seen = None
         for axis in self.axes:
             size = int(axis["m"]) if axis["dim"] == BATCH_DIM else int(axis["dims"][axis["dim"]])
@@ -175,8 +172,6 @@ class _Analysis:
         return seen
 
     def run(self, points: list[dict]) -> tuple[list[JointPoint], str | None]:
-        from tik_agent.judge.configs import RAISED, SKIPPED
-
         base = self.base()
         if isinstance(base, str):
             return [], base
@@ -231,8 +226,6 @@ class _Analysis:
         """The kernel variants the axes launch at the sizes the plan lists (both sides read
         the same ones; the sizes a bisection added are the worker's and the parent's alike,
         but not their order)."""
-        from tik_agent.judge.configs import RAISED, SKIPPED
-
         out = set()
         for axis in self.axes:
             lookup = self.along[axis["dim"]]
@@ -336,8 +329,6 @@ class _Analysis:
         """The point moved, one dimension after another (the batch first), to the smallest
         size at which the launch is still the same combination (by bisection): a switch on
         ``M > 600 and N > 3000`` found at the corner is judged at M = 600, N = 3000."""
-        from tik_agent.judge.configs import SKIPPED
-
         m, dims = point.m, dict(point.dims)
 
         def same(m_: int, dims_: dict) -> bool:
