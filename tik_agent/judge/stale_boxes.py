@@ -13,7 +13,7 @@ used again is not taken for its owner).  The first worker directory a process ma
 sweeps the temporary folder: a directory so named whose owner is gone, and that
 nothing has touched for :data:`STALE_S` (a shared temporary folder seen from another
 PID namespace makes a live owner look gone), is removed.  Directories kept on
-purpose (``keep_workdir``, ``--keep-workdir``) are named ``tik-eval-kept-`` and never
+purpose (``EvalOptions.keep_workdir``) are named ``tik-eval-kept-`` and never
 swept; nor is anything else.  Without ``/proc`` nothing is named for its owner and
 nothing is swept.
 """
