@@ -147,6 +147,19 @@ def test_stale_git_locks_from_a_killed_process_are_cleared(lineage):
     assert lineage.best_commit() == a1
 
 
+def test_a_config_lock_left_by_a_kill_inside_git_init_is_cleared_on_reopen(tmp_path):
+    """A run killed while ``git init`` wrote its config left ``.git/config.lock``; the resume
+    (which reopens the repository under the run lock) failed on it (seen in test_resume's
+    kill during creation)."""
+    from tik_agent.run.lineage import LineageWriter
+
+    LineageWriter.init(tmp_path / "run")
+    lock = tmp_path / "run" / ".git" / "config.lock"
+    lock.write_text("")
+    writer = LineageWriter.init(tmp_path / "run")
+    assert not lock.exists() and writer.repo.head() is None
+
+
 def test_trailers_are_the_last_paragraph_only():
     message = "a0001: k\n\nIdea: not a trailer\nWhy: neither\n\nAttempt-Id: a0001\nSpeedup-Vs-Seed: 2.000\n"
     assert parse_trailers(message) == {"Attempt-Id": "a0001", "Speedup-Vs-Seed": "2.000"}

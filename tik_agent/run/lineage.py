@@ -183,10 +183,14 @@ class LineageWriter(Lineage):
 
     @classmethod
     def init(cls, path: Path) -> "LineageWriter":
-        """Create (or reopen, after a crash during creation) the repository."""
+        """Create (or reopen, after a crash during creation) the repository.  Call only
+        while holding the run lock: a git killed in an earlier session may have left its locks
+        (a kill inside ``git init`` leaves ``config.lock``), and they are removed first."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
+        if (path / ".git").is_dir():
+            writer.clear_stale_locks()
         writer.repo.init(BRANCH)
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
@@ -196,7 +200,7 @@ class LineageWriter(Lineage):
     def clear_stale_locks(self) -> None:
         """Remove lock files a killed git left behind (call only while holding the run lock)."""
         gitdir = self.path / ".git"
-        for lock in [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
+        for lock in [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock", gitdir / "config.lock",
                      *gitdir.joinpath("refs").rglob("*.lock")]:
             if lock.exists():
                 log.info("removing stale git lock %s", lock)

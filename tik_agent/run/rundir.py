@@ -120,9 +120,7 @@ def take_lock(path: Path) -> int:
 def prepare(path: Path, config: RunConfig) -> LineageWriter:
     """Under the run lock: ``run.json`` (a resume's extended budgets), the repository, no stale git locks."""
     config.save(path)
-    lineage = LineageWriter.init(path)
-    lineage.clear_stale_locks()
-    return lineage
+    return LineageWriter.init(path)
 
 
 def open_run_dir(path: Path, config: RunConfig, lineage: LineageWriter, spec: KernelSpec, lock_fd: int) -> RunDir:
