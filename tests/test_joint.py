@@ -10,6 +10,7 @@ import pytest
 
 from tik_agent.judge import joint
 from tik_agent.judge.joint_analysis import BUDGET, PAIRINGS
+from tik_agent.judge.joint_far import FAR, FAR_ELEMENTS
 
 LABELS = ["M", "N", "constexpr BLOCK", "constexpr ROWS", "option num_warps", "grid"]
 STRUCTURE = json.dumps([[["kernel", 1], *LABELS, ["grid rank", 1]]])
@@ -41,14 +42,26 @@ def _with(numbers, **parts):
 
 
 def _combinations(chosen) -> list:
-    """The judged points that are combinations no axis predicts (not predicted pairings)."""
-    return [p for p in chosen if "no axis launches" not in p.why]
+    """The judged points that are combinations no axis predicts (not predicted pairings, nor
+    the far points of variants judged elsewhere)."""
+    return [p for p in chosen if "no axis launches" not in p.why and not p.why.startswith(FAR)]
 
 
-def _judge(launcher, axes=None, points=None, seed=7, pairings=False):
+def _far(chosen) -> dict:
+    """The far points: {(m, N) where the variant was judged first: (m, N) where again}."""
+    out = {}
+    for p in chosen:
+        if p.why.startswith(FAR):
+            start = p.why.split("(from ", 1)[1].split(")", 1)[0]
+            m, n = (int(part.split(" = ")[1]) for part in start.split(", "))
+            out[(m, n)] = (p.m, p.dims["N"])
+    return out
+
+
+def _judge(launcher, axes=None, points=None, seed=7, pairings=False, boundaries=()):
     """As the worker runs it (the launcher called as asked), then as the parent does on what
-    the worker recorded; both must agree.  The predicted pairings drawn for judging are left
-    out unless ``pairings``."""
+    the worker recorded; both must agree.  The predicted pairings drawn for judging, and the
+    far points, are left out unless ``pairings``."""
     axes = axes or _axes()
     points = points if points is not None else joint.draw(axes, random.Random(seed))
     axes = joint.with_coordinates(axes, points)
@@ -61,9 +74,9 @@ def _judge(launcher, axes=None, points=None, seed=7, pairings=False):
     def along(dim):
         return lambda v: record.setdefault((dim, v), launcher(v, base_n) if dim == "M" else launcher(rows, v))
 
-    live = joint.judge(axes, points, at_point, {"M": along("M"), "N": along("N")}, seed)
+    live = joint.judge(axes, points, at_point, {"M": along("M"), "N": along("N")}, seed, boundaries)
     replayed = joint.judge(axes, points, lambda m, dims: record.get(("point", joint.key_of(m, dims))),
-                           {d: (lambda v, d=d: record.get((d, v))) for d in ("M", "N")}, seed)
+                           {d: (lambda v, d=d: record.get((d, v))) for d in ("M", "N")}, seed, boundaries)
     assert [(p.m, p.dims, p.why) for p in live[0]] == [(p.m, p.dims, p.why) for p in replayed[0]]
     assert live[1] == replayed[1]
     return live if pairings else (_combinations(live[0]), live[1])
@@ -96,10 +109,14 @@ def test_pairings_no_axis_launched_are_judged_a_few_at_a_time_drawn_from_the_sec
     for seed in range(16):
         chosen, refusal = _judge(_honest, seed=seed, pairings=True)
         assert refusal is None and not _combinations(chosen)
-        assert 0 < len(chosen) <= PAIRINGS and all("no axis launches" in p.why for p in chosen)
+        paired = [p for p in chosen if "no axis launches" in p.why]
+        assert 0 < len(paired) <= PAIRINGS
         starts = {1, 17, 33, 129, 257, 513, 1025, 2049}  # where each block but the base width's (128) starts
-        assert all(p.m == 64 and p.dims["N"] in starts for p in chosen), chosen
-        drawn |= {p.dims["N"] for p in chosen}
+        assert all(p.m == 64 and p.dims["N"] in starts for p in paired), chosen
+        drawn |= {p.dims["N"] for p in paired}
+        # Each is judged again at the widest rows of its block (the far point): N = BLOCK.
+        assert _far(chosen) == {(64, p.dims["N"]): (64, max(16, 1 << (p.dims["N"] - 1).bit_length()))
+                                for p in paired}, chosen
     assert drawn == starts
 
     def one_block(m, n):  # negative control: a launcher whose pairings the axes all launch
@@ -107,6 +124,34 @@ def test_pairings_no_axis_launched_are_judged_a_few_at_a_time_drawn_from_the_sec
         return structure, _with(numbers, block=4096, warps=8)
 
     assert _judge(one_block, pairings=True) == ([], None)
+
+
+def test_a_variant_one_axis_finds_is_judged_again_where_the_other_dimensions_are_large():
+    """Red team (cand_chunks.py): ROWS = 8 from M = 600, summed one tree per 1024-wide chunk,
+    has the seed's bits while a row is one chunk.  The boundary along the batch is judged at
+    the axis's base width (100: one chunk); the far point grows the width as far as the
+    variant and the far cap allow: N = 1747 at 600 rows, two chunks."""
+    def chunks(m, n):
+        rows = 8 if m >= 600 else 1
+        return STRUCTURE, (m, n, 1024, rows, 4, -(-m // rows))
+
+    axes = _axes(high_m=2000)
+    chosen, refusal = _judge(chunks, axes=axes, pairings=True, boundaries=[("M", 600)])
+    assert refusal is None and _far(chosen) == {(600, 100): (600, FAR_ELEMENTS["cpu"] // 600)}, chosen
+    assert not _combinations(chosen)
+    # Negative control: the same launcher with no boundary judged has nothing to judge again.
+    assert _judge(chunks, axes=axes, pairings=True) == ([], None)
+
+
+def test_a_far_point_stays_in_its_variant_and_skips_points_judged_already():
+    """BLOCK = the width's power of two: the far point of each block's boundary along N is the
+    last width of that block, which the next boundary's left side judges already; only the
+    last block's (2049: up to the axis's end, 4096) is new.  The base's block (128) is the
+    grid's to judge."""
+    bounds = [("N", v) for v in (17, 33, 65, 129, 257, 513, 1025, 2049)]
+    chosen, refusal = _judge(_honest, pairings=True, boundaries=bounds)
+    assert refusal is None
+    assert {k: v for k, v in _far(chosen).items() if k[0] == 8} == {(8, 2049): (8, 4096)}, chosen
 
 
 def test_a_kernel_one_axis_swaps_in_keeps_the_parts_the_other_axis_moves():

@@ -64,7 +64,8 @@ def survey_findings(survey: dict, record: dict) -> configs.Findings:
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     try:
         chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
-                                      {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"])
+                                      {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"],
+                                      [(b.dim, b.value) for b in found.boundaries])
     except Exception as exc:  # noqa: BLE001 - the record is the worker's to write
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     if refusal is not None:

@@ -33,21 +33,22 @@ the numbers off their prediction) is judged once, at the smallest sizes found by
 bisection, one dimension after another, that still launch it; at most
 :data:`BUDGET` combinations, each within :data:`JUDGED_ELEMENTS` of its device.
 More, larger, a record that lacks a point or cannot be read, or two axes that
-disagree at their shared base, are refusals.
+disagree at their shared base, are refusals.  Every variant judged here or at an axis's
+boundary is judged again at its far point (:mod:`tik_agent.judge.joint_far`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import random
 from collections import Counter
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
-from tik_agent.judge.configs import RAISED, SKIPPED, is_variant, structure_labels
+from tik_agent.judge import joint_far
+from tik_agent.judge.configs import RAISED, SKIPPED, point_of
+from tik_agent.judge import joint_points as jp
+from tik_agent.judge.joint_points import JointPoint, Launch
 from tik_agent.spec.fields import BATCH_DIM
 
 BUDGET = 12     # combinations one evaluation judges (as many as changes along the axes); more is a refusal
@@ -64,19 +65,7 @@ PAIRINGS = 4  # predicted pairings judged per evaluation, drawn
 BILINEAR_SHARE = 0.9  # of the points two axes move a number at, the share one bilinear rule must fit
 BILINEAR_MIN = 8      # and how many at least
 
-Launch = tuple  # (structure text, numbers)
 PointLookup = Callable[[int, dict], "Launch | None"]
-
-
-@dataclass(frozen=True)
-class JointPoint:
-    m: int
-    dims: Mapping[str, int]
-    why: str
-
-    @property
-    def elements(self) -> int:
-        return self.m * math.prod(self.dims.values())
 
 
 class _Missing(Exception):
@@ -84,14 +73,16 @@ class _Missing(Exception):
 
 
 def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Mapping,
-          seed: int = 0) -> tuple[list[JointPoint], str | None]:
+          seed: int = 0, boundaries: Sequence[tuple[str, int]] = ()) -> tuple[list[JointPoint], str | None]:
     """The points that launch a combination no axis showed (one per combination, moved to
     the smallest sizes that still launch it), and a few predicted pairings no axis
     launched (drawn with ``seed``), or a refusal.  ``at_point(m, dims)`` and
     ``along[dim](size)`` give (structure, numbers) or None: in the worker they survey the
-    sizes asked for, in the parent they read the worker's record."""
+    sizes asked for, in the parent they read the worker's record.  Each kernel variant judged
+    here or at one of the axes' ``boundaries`` ((dim, size) pairs) is judged at its far point
+    too (:mod:`tik_agent.judge.joint_far`)."""
     try:
-        return _Analysis(axes, at_point, along, seed).run(points)
+        return _Analysis(axes, at_point, along, seed, boundaries).run(points)
     except _Missing as exc:
         return [], f"the survey did not report {exc} (a point of combined sizes it had to place)"
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -100,41 +91,11 @@ def judge(axes: list[dict], points: list[dict], at_point: PointLookup, along: Ma
         return [], f"the survey's record of combined sizes cannot be read ({type(exc).__name__})"
 
 
-@functools.lru_cache(maxsize=512)
-def _parts(structure: str) -> tuple[tuple[tuple[str, int], ...], tuple[bool, ...]]:
-    """Each number's name (its label and how many of that label came before) and whether
-    it is a constexpr or an option."""
-    labels = structure_labels(structure)
-    seen: Counter = Counter()
-    names = []
-    for label in labels:
-        names.append((label, seen[label]))
-        seen[label] += 1
-    return tuple(names), tuple(is_variant(label) for label in labels)
-
-
-@functools.lru_cache(maxsize=16384)
-def _named(launch: Launch) -> dict:
-    """The launch's numbers by name (cached: the axes' launches recur at every point; callers
-    only read the dict)."""
-    names, _ = _parts(launch[0])
-    if len(names) != len(launch[1]):
-        raise ValueError("a launch's numbers do not match its structure")
-    return dict(zip(names, launch[1]))
-
-
-def _variant(launch: Launch) -> tuple:
-    _, flags = _parts(launch[0])
-    return launch[0], tuple(n for n, flag in zip(launch[1], flags) if flag)
-
-
-def _where(m: int, dims: Mapping) -> str:
-    return ", ".join([f"{BATCH_DIM} = {m}"] + [f"{k} = {v}" for k, v in sorted(dims.items())])
-
-
 class _Analysis:
-    def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping, seed: int):
+    def __init__(self, axes: list[dict], at_point: PointLookup, along: Mapping, seed: int,
+                 boundaries: Sequence[tuple[str, int]] = ()):
         self.axes, self.at_point, self.along, self.seed = axes, at_point, along, seed
+        self.boundaries = sorted({(str(d), int(v)) for d, v in boundaries})
         self.flat: set = set()  # grid entries two axes move somewhere (see _moved_by_two)
         self.base_launch: Launch = ("", ())  # set by run()
         self.bilinear: dict = {}  # (number, axis, axis) -> its factor (see _bilinear)
@@ -142,7 +103,7 @@ class _Analysis:
     def get(self, m: int, dims: Mapping) -> Launch:
         got = self.at_point(m, dict(dims))
         if got is None:
-            raise _Missing(_where(m, dims))
+            raise _Missing(jp.where(m, dims))
         return got
 
     def axes_at(self, m: int, dims: Mapping) -> list:
@@ -185,7 +146,7 @@ class _Analysis:
             if got[0] == SKIPPED:
                 continue
             if got[0].startswith(RAISED):
-                return [], f"the launcher raised {json.loads(got[0])[1]} at {_where(m, dims)}, inside the declared domain"
+                return [], f"the launcher raised {json.loads(got[0])[1]} at {jp.where(m, dims)}, inside the declared domain"
             placed.append((m, dims, got, self.axes_at(m, dims)))
         self.flat = self._moved_by_two([at for *_, at in placed])
         self.bilinear = self._bilinear(placed)
@@ -195,32 +156,51 @@ class _Analysis:
         for m, dims, got, at in placed:
             off = self.unpredicted(got, at, (m, dims))
             if off is None:
-                variant = _variant(got)
+                variant = jp.variant_of(got)
                 if variant not in on_axes:
-                    _keep(pairings, (PAIRED, variant), JointPoint(m, dims, f"{_PAIRING} at {_where(m, dims)}"))
+                    jp.keep_smallest(pairings, (PAIRED, variant), JointPoint(m, dims, f"{_PAIRING} at {jp.where(m, dims)}"))
                 continue
             why, key = off
-            _keep(found, key, JointPoint(m, dims, f"{why} at {_where(m, dims)}"))
+            jp.keep_smallest(found, key, JointPoint(m, dims, f"{why} at {jp.where(m, dims)}"))
         if len(found) > BUDGET:
-            shown = "; ".join(p.why for p in _smallest(found.values())[:3])
+            shown = "; ".join(p.why for p in sorted(found.values(), key=jp.order)[:3])
             return [], (f"the launch changes with combinations of sizes in {len(found)} ways no single size shows "
                         f"({shown}; ...): more than the {BUDGET} an evaluation judges")
         device = self.axes[0]["device"]
         cap = JUDGED_ELEMENTS.get(device, JUDGED_ELEMENTS["cuda"])
         out = []
-        for key, point in sorted(found.items(), key=lambda kv: _order(kv[1])):
+        for key, point in sorted(found.items(), key=lambda kv: jp.order(kv[1])):
             small = self.shrunk(point, key)
             if small.elements > cap:
                 return [], f"{small.why}: {small.elements} elements, more than a case on {device} can judge ({cap})"
             out.append(small)
         # Predicted pairings no case compiled (a block from one axis beside rows from the other):
         # as many as PAIRINGS, drawn from the survey's secret, those within the cap.
-        ordered = sorted(pairings.items(), key=lambda kv: _order(kv[1]))
+        ordered = sorted(pairings.items(), key=lambda kv: jp.order(kv[1]))
         for key, point in random.Random(self.seed).sample(ordered, min(PAIRINGS, len(ordered))):
             small = self.shrunk(point, key)
             if small.elements <= cap and small not in out:
                 out.append(small)
-        return out, None
+        starts, taken = self._boundary_starts()
+        starts += [(p, self.get(p.m, p.dims)) for p in out]
+        taken |= {(p.m, tuple(sorted(p.dims.items()))) for p in out}
+        return out + joint_far.far_points(self.axes, self.get, jp.variant_of(self.base_launch), starts, taken), None
+
+    def _boundary_starts(self) -> tuple[list, set]:
+        """Where each axis boundary's new launch starts (and what it launches there), and the
+        points its cases judge (both sides)."""
+        axes = {a["dim"]: a for a in self.axes}
+        starts, sides = [], set()
+        for dim, value in self.boundaries:
+            got = self.along[dim](value)
+            if got is None:
+                raise _Missing(f"{dim} = {value}")
+            m, dims = point_of(axes[dim], value)
+            starts.append((JointPoint(m, dims, f"the launch changes at {dim} = {value}"), got))
+            for side in (value - 1, value):
+                m, dims = point_of(axes[dim], side)
+                sides.add((m, tuple(sorted(dims.items()))))
+        return starts, sides
 
     def _axis_variants(self) -> set:
         """The kernel variants the axes launch at the sizes the plan lists (both sides read
@@ -234,7 +214,7 @@ class _Analysis:
                 if got is None:
                     raise _Missing(f"{axis['dim']} = {size}")
                 if got[0] != SKIPPED and not got[0].startswith(RAISED):
-                    out.add(_variant(got))
+                    out.add(jp.variant_of(got))
         return out
 
     def _deltas(self, m: int, dims: Mapping) -> list[int]:
@@ -252,15 +232,15 @@ class _Analysis:
         N``) is predicted nowhere two axes move it, and where one axis moves it its floor can
         put it off the prediction: such a launcher is judged at those points, or refused past
         the budget."""
-        base = _named(self.base_launch)
-        _, flags = _parts(self.base_launch[0])
+        base = jp.named(self.base_launch)
+        _, flags = jp.parts(self.base_launch[0])
         numbers = [name for name, flag in zip(base, flags) if not flag and name[0] != "grid"]
         seen: dict[tuple, Counter] = {}
         for m, dims, got, along in placed:
             if got[0] != self.base_launch[0]:
                 continue
-            values, deltas = _named(got), self._deltas(m, dims)
-            named = [None if a is None or a[0] != self.base_launch[0] else _named(a) for a in along]
+            values, deltas = jp.named(got), self._deltas(m, dims)
+            named = [None if a is None or a[0] != self.base_launch[0] else jp.named(a) for a in along]
             for name in numbers:
                 moves = [(k, a[name]) for k, a in enumerate(named) if a is not None and a[name] != base[name]]
                 if len(moves) != 2:
@@ -279,11 +259,11 @@ class _Analysis:
 
     def _moved_by_two(self, alongs: list[list]) -> set:
         """The grid entries two axes move at some point's coordinates."""
-        base = _named(self.base_launch)
+        base = jp.named(self.base_launch)
         numbers = [name for name in base if name[0] == "grid"]
         out = set()
         for along in alongs:
-            named = [_named(a) for a in along if a is not None]
+            named = [jp.named(a) for a in along if a is not None]
             for name in numbers:
                 if sum(name in a and a[name] != base[name] for a in named) > 1:
                     out.add(name)
@@ -295,12 +275,12 @@ class _Analysis:
         base = self.base_launch
         moved = [a for a in along if a is not None and a[0] != base[0]]
         if len(moved) > 1:
-            return _TWO_KERNELS, _variant(got)
+            return _TWO_KERNELS, jp.variant_of(got)
         if got[0] != (moved[0][0] if moved else base[0]):
-            return _OTHER_KERNEL, _variant(got)
-        names, flags = _parts(got[0])
-        values, at_base = _named(got), _named(base)
-        named = [None if a is None else _named(a) for a in along]
+            return _OTHER_KERNEL, jp.variant_of(got)
+        names, flags = jp.parts(got[0])
+        values, at_base = jp.named(got), jp.named(base)
+        named = [None if a is None else jp.named(a) for a in along]
         off, variant = [], False
         for name, flag in zip(names, flags):
             before = at_base.get(name)
@@ -320,10 +300,10 @@ class _Analysis:
         if not off:
             return None
         if variant:
-            return _VARIANT, _variant(got)
+            return _VARIANT, jp.variant_of(got)
         # A grid entry off its prediction takes many values (a persistent grid of min(M, SMs *
         # occupancy)): one combination per entry, not per value; other numbers, per value.
-        return NUMBER, (*_variant(got), tuple((name, None if name[0] == "grid" else n) for name, n in off))
+        return NUMBER, (*jp.variant_of(got), tuple((name, None if name[0] == "grid" else n) for name, n in off))
 
     def shrunk(self, point: JointPoint, key: tuple) -> JointPoint:
         """The point moved, one dimension after another (the batch first), to the smallest
@@ -336,7 +316,7 @@ class _Analysis:
             if got[0] == SKIPPED:
                 return False
             if key[0] == PAIRED:  # the same compiled kernel, predicted or not
-                return _variant(got) == key[1]
+                return jp.variant_of(got) == key[1]
             off = self.unpredicted(got, self.axes_at(m_, dims_), (m_, dims_))
             return off is not None and off[1] == key
 
@@ -355,8 +335,8 @@ class _Analysis:
                 dims[d] = hi
         if (m, dims) == (point.m, dict(point.dims)):
             return point
-        return JointPoint(m, dims, f"{point.why.rsplit(' at ', 1)[0]} at {_where(m, dims)} (the smallest sizes "
-                                   f"found that launch it, from {_where(point.m, point.dims)})")
+        return JointPoint(m, dims, f"{point.why.rsplit(' at ', 1)[0]} at {jp.where(m, dims)} (the smallest sizes "
+                                   f"found that launch it, from {jp.where(point.m, point.dims)})")
 
 
 def _rule(rule, a_i: int, a_j: int, base: int, d_i: int, d_j: int):
@@ -365,17 +345,3 @@ def _rule(rule, a_i: int, a_j: int, base: int, d_i: int, d_j: int):
     if rule == "product":
         return Fraction(a_i * a_j, base)
     return a_i + a_j - base + rule * d_i * d_j
-
-
-def _keep(found: dict, key: tuple, candidate: JointPoint) -> None:
-    """The smallest point of each combination."""
-    if key not in found or candidate.elements < found[key].elements:
-        found[key] = candidate
-
-
-def _order(p: JointPoint) -> tuple:
-    return p.elements, p.m, sorted(p.dims.items())
-
-
-def _smallest(points) -> list[JointPoint]:
-    return sorted(points, key=_order)

@@ -184,6 +184,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
 
     seen: dict[str, dict[int, tuple]] = {}
     probes = {}
+    boundaries: list[tuple[str, int]] = []
     for axis in plan:
         inputs, found = _Inputs(spec, axis), seen.setdefault(axis["dim"], {})
 
@@ -195,7 +196,8 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
 
         for value in axis["values"]:
             probe(value)
-        configs.analyse(axis, probe)  # asks for the sizes its bisections need
+        changes = configs.analyse(axis, probe)  # asks for the sizes its bisections need
+        boundaries += [(b.dim, b.value) for b in changes.boundaries]
         probes[axis["dim"]] = probe
     combined: dict[tuple, tuple] = {}
     if points:
@@ -208,7 +210,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
                 combined[key] = text(structure), numbers
             return combined[key]
 
-        joint.judge(plan, list(points), at_point, probes, seed)  # asks for the sizes its placements need
+        joint.judge(plan, list(points), at_point, probes, seed, boundaries)  # asks for the sizes it places
     axes = []
     for axis in plan:
         rows = []
