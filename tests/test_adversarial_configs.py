@@ -50,7 +50,7 @@ def verdicts(spec):
 def test_the_corpus_holds_each_kind_of_switch():
     assert {"sparse_batch_switch.py", "rare_batch_switch.py", "rare_width_switch.py", "beyond_judged_batch.py",
             "catches_a_failing_launch.py", "honest_rows_heuristic.py", "joint_switch.py", "long_string_switch.py",
-            "numel_flag_switch.py", "cand_chunks.py"} <= set(NAMES)
+            "numel_flag_switch.py", "cand_chunks.py", "far_narrow_line.py"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -114,9 +114,12 @@ def test_pairings_no_axis_launched_are_judged_a_few_at_a_time_drawn_from_the_sec
         starts = {1, 17, 33, 129, 257, 513, 1025, 2049}  # where each block but the base width's (128) starts
         assert all(p.m == 64 and p.dims["N"] in starts for p in paired), chosen
         drawn |= {p.dims["N"] for p in paired}
-        # Each is judged again at the widest rows of its block (the far point): N = BLOCK.
-        assert _far(chosen) == {(64, p.dims["N"]): (64, max(16, 1 << (p.dims["N"] - 1).bit_length()))
-                                for p in paired}, chosen
+        # Each is judged again at the widest rows of its block (the far point): N = BLOCK, as
+        # many rows as a surveyed point of that kernel had within the far cap.
+        far = _far(chosen)
+        assert set(far) == {(64, p.dims["N"]) for p in paired}, chosen
+        for (_, start), (m, n) in far.items():
+            assert n == max(16, 1 << (start - 1).bit_length()) and 64 <= m <= 600 and m * n <= FAR_ELEMENTS["cpu"]
     assert drawn == starts
 
     def one_block(m, n):  # negative control: a launcher whose pairings the axes all launch
@@ -130,7 +133,7 @@ def test_a_variant_one_axis_finds_is_judged_again_where_the_other_dimensions_are
     """Red team (cand_chunks.py): ROWS = 8 from M = 600, summed one tree per 1024-wide chunk,
     has the seed's bits while a row is one chunk.  The boundary along the batch is judged at
     the axis's base width (100: one chunk); the far point grows the width as far as the
-    variant and the far cap allow: N = 1747 at 600 rows, two chunks."""
+    variant and the far cap allow: N = 3495 at 600 rows, four chunks."""
     def chunks(m, n):
         rows = 8 if m >= 600 else 1
         return STRUCTURE, (m, n, 1024, rows, 4, -(-m // rows))
@@ -149,9 +152,48 @@ def test_a_far_point_stays_in_its_variant_and_skips_points_judged_already():
     last block's (2049: up to the axis's end, 4096) is new.  The base's block (128) is the
     grid's to judge."""
     bounds = [("N", v) for v in (17, 33, 65, 129, 257, 513, 1025, 2049)]
+    only_base = [{"m": 8, "dims": {"N": 100}}]  # no other point surveyed: each far point is grown
+    chosen, refusal = _judge(_honest, points=only_base, pairings=True, boundaries=bounds)
+    assert refusal is None and _far(chosen) == {(8, 2049): (8, 4096)}, chosen
+    # With the survey's points, each far point is the widest surveyed point of its kernel
+    # (its block's last width, with the most rows that keep ROWS = 1), none judged already.
     chosen, refusal = _judge(_honest, pairings=True, boundaries=bounds)
-    assert refusal is None
-    assert {k: v for k, v in _far(chosen).items() if k[0] == 8} == {(8, 2049): (8, 4096)}, chosen
+    far = {k: v for k, v in _far(chosen).items() if k[0] == 8}
+    assert refusal is None and (8, 2049) in far
+    sides = {(8, v + d) for _, v in bounds for d in (-1, 0)}
+    for (_, start), (m, n) in far.items():
+        assert n == 1 << (start - 1).bit_length() and m < 64 and (m, n) not in sides, far
+
+
+def test_a_far_point_is_the_widest_point_the_survey_saw_the_variant_launch():
+    """Red team (third round): three launchers whose far point, grown along the start's line
+    alone, stayed within one chunk: the variant narrow on that line (ROWS = 8 at M = 600 only
+    up to N = 1024, from M = 601 at every width), absent from a band the bisection probes, or
+    starting at M = 1025 (past 2**20 // 1024).  Each is wrong where the variant meets two
+    chunks; the far point now lands there."""
+    def chunks(rule):
+        def launcher(m, n):
+            rows = 8 if rule(m, n) else 1
+            return STRUCTURE, (m, n, 1024, rows, 4, -(-m // rows))
+        return launcher
+
+    cases = {
+        "narrow line": (lambda m, n: m >= 601 or (m == 600 and n <= 1024), [("M", 600)], 600),
+        "band": (lambda m, n: m >= 600 and (n <= 1024 or 1400 < n <= 1700), [("M", 600)], 600),
+        "late start": (lambda m, n: m >= 1025, [("M", 1025)], 1025),
+    }
+    axes = _axes(high_m=8193, high_n=8192, base_n=256)
+    for name, (rule, bounds, start) in cases.items():
+        chosen, refusal = _judge(chunks(rule), axes=axes, pairings=True, boundaries=bounds)
+        far = _far(chosen)
+        assert refusal is None and set(far) == {(start, 256)}, (name, chosen)
+        m, n = far[(start, 256)]
+        assert rule(m, n) and n > 1024 and m * n <= FAR_ELEMENTS["cpu"], (name, far)
+        # Negative control: grown along its line alone (no other point surveyed), it stays in one chunk.
+        alone, _ = _judge(chunks(rule), axes=axes, points=[{"m": 8, "dims": {"N": 256}}], pairings=True,
+                          boundaries=bounds)
+        if name != "late start":  # 2**21 // 1025 reaches two chunks on the line itself
+            assert all(n <= 1024 for _, n in _far(alone).values()), (name, alone)
 
 
 def test_a_kernel_one_axis_swaps_in_keeps_the_parts_the_other_axis_moves():

@@ -184,7 +184,9 @@ class _Analysis:
         starts, taken = self._boundary_starts()
         starts += [(p, self.get(p.m, p.dims)) for p in out]
         taken |= {(p.m, tuple(sorted(p.dims.items()))) for p in out}
-        return out + joint_far.far_points(self.axes, self.get, jp.variant_of(self.base_launch), starts, taken), None
+        surveyed = [(m, dims, got) for m, dims, got, _ in placed]
+        return out + joint_far.far_points(self.axes, self.get, jp.variant_of(self.base_launch), starts, taken,
+                                          surveyed), None
 
     def _boundary_starts(self) -> tuple[list, set]:
         """Where each axis boundary's new launch starts (and what it launches there), and the
