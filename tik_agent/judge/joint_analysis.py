@@ -46,8 +46,8 @@ from fractions import Fraction
 from typing import Callable, Mapping, Sequence
 
 from tik_agent.judge import joint_far
-from tik_agent.judge.configs import RAISED, SKIPPED, point_of
 from tik_agent.judge import joint_points as jp
+from tik_agent.judge.configs import RAISED, SKIPPED, point_of
 from tik_agent.judge.joint_points import JointPoint, Launch
 from tik_agent.spec.fields import BATCH_DIM
 
