@@ -164,6 +164,44 @@ def test_a_gpu_boundary_at_one_row_takes_at_most_the_case_cap(tmp_path):
     cpu = boundary_cases(spec, plan, found, 5)    # 128 rows: the cap is not reached on the CPU
     assert {m: sum(c.m == m for c in cpu) for m in (1, 2, 16, 17)} == {1: 128, 2: 64, 16: 8, 17: 8}
 
+def test_the_seed_computes_far_cases_only_when_the_cases_before_them_hold(tmp_path, monkeypatch):
+    """A candidate already caught at a boundary costs no seed work on its far point's (large)
+    cases; one that holds there has them computed and appended last (the negative control)."""
+    from types import SimpleNamespace
+
+    from seedutil import small_rmsnorm
+    from tik_agent.judge import config_cases
+    from tik_agent.judge.joint_far import FAR
+    from tik_agent.judge.joint_points import JointPoint
+    from tik_agent.judge.records import Verdict
+    from tik_agent.spec.schema import load_spec
+
+    spec = load_spec(small_rmsnorm(tmp_path / "r"))
+    plan = configs.survey_plan(spec, "cpu", random.Random(0))
+    far = JointPoint(600, {"N": 3495}, f"{FAR} (from M = 600, N = 256) at M = 600, N = 3495")
+    found = configs.Findings([configs.Boundary("M", 600, "")], joint=[far])
+    monkeypatch.setattr(config_cases, "survey_findings", lambda survey, record: found)
+    survey, result = {"axes": plan, "seed": 5}, {"survey": {}, "environment": {"machine": "here"}}
+
+    def run(check_says):
+        asked: list[list] = []
+
+        def run_seed(new):
+            asked.append([(c.m, c.dims["N"]) for c in new])
+            return {c.id: SimpleNamespace(full=c.id) for c in new}
+
+        cases: list = []
+        verdict = judge_configurations(spec, survey, result, cases, {}, run_seed, lambda held, answers: check_says)
+        return verdict, asked, cases
+
+    caught = Verdict(Outcome.PARITY_FAILED, "par:M=600: [parity] output vs seed")
+    verdict, asked, _ = run(caught)
+    assert verdict is caught and verdict.environment == {"machine": "here"}
+    assert len(asked) == 1 and (600, 3495) not in asked[0] and (600, plan[0]["dims"]["N"]) in asked[0]
+    verdict, asked, cases = run(None)
+    assert verdict is None and asked[1] == [(600, 3495)] and (cases[-1].m, cases[-1].dims["N"]) == (600, 3495)
+
+
 def test_the_parent_refuses_a_worker_that_reports_no_survey():
     verdict = judge_configurations(None, {"axes": [], "seed": 0}, {"environment": {}}, [], {}, lambda new: {})
     assert verdict.outcome is Outcome.INTEGRITY_FAILED and "no configuration survey" in verdict.reason

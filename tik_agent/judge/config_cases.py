@@ -15,7 +15,7 @@ import random
 import secrets
 from typing import Callable
 
-from tik_agent.judge import configs, joint
+from tik_agent.judge import configs, joint, joint_far
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
@@ -75,10 +75,15 @@ def survey_findings(survey: dict, record: dict) -> configs.Findings:
 
 
 def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: list[Case], expected: dict,
-                         run_seed: Callable[[list[Case]], dict]) -> Verdict | None:
+                         run_seed: Callable[[list[Case]], dict],
+                         check: Callable[[list[Case], dict], Verdict | None] | None = None) -> Verdict | None:
     """A refusal, or None with the boundary cases added to ``cases`` and the seed's
     outputs on them to ``expected`` (``run_seed``: case list -> {id: CaseOutputs}; a
-    case the seed fails itself is left out, as a drawn case is)."""
+    case the seed fails itself is left out, as a drawn case is).  The far points' cases
+    (:mod:`tik_agent.judge.joint_far`) come last, and with ``check`` (cases, expected ->
+    the parity verdict of the first failing case, or None) the seed computes them only
+    when every case before them holds: a failure there is the verdict the whole list
+    would give (its first failing case), without the seed's work on the largest cases."""
     environment = result.get("environment", {})
     record = result.get("survey")
     if not isinstance(record, dict):
@@ -88,17 +93,27 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
     if found.refusal is not None:
         return Verdict(Outcome.INTEGRITY_FAILED, f"[config] {found.refusal}", environment=environment)
     known = {c.id for c in cases}
-    new = [c for c in boundary_cases(spec, survey["axes"], found, survey["seed"]) if c.id not in known]
+    built = [(c, is_far) for c, is_far in _config_cases(spec, survey["axes"], found, survey["seed"])
+             if c.id not in known]
+    new = [c for c, _ in built]
     if found.boundaries or found.joint:
         log.info("configuration survey: the launch changes at %s; %d boundary cases",
                  "; ".join([f"{b.dim} = {b.value}" for b in found.boundaries] + [p.why for p in found.joint]),
                  len(new))
-    if new:
-        outputs = run_seed(new)
-        for case in new:
-            if case.id in outputs:
-                cases.append(case)
-                expected[case.id] = outputs[case.id].full
+    lazy = check is not None
+    first, last = [c for c, is_far in built if not (lazy and is_far)], [c for c, is_far in built if lazy and is_far]
+    for part in (first, last):
+        if part is last and last:
+            failed = check(cases, expected)
+            if failed is not None:
+                failed.environment = environment
+                return failed
+        if part:
+            outputs = run_seed(part)
+            for case in part:
+                if case.id in outputs:
+                    cases.append(case)
+                    expected[case.id] = outputs[case.id].full
     return None
 
 
@@ -106,8 +121,13 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, 
     """Parity cases on both sides of every boundary, in the survey's dtype and dims: as
     many of other data as :data:`CONFIG_ROWS` rows need at that batch, at most
     :data:`CONFIG_CASES_MAX`."""
+    return [case for case, _ in _config_cases(spec, plan, found, seed)]
+
+
+def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, seed: int) -> list[tuple[Case, bool]]:
+    """:func:`boundary_cases`, each with whether it judges a far point."""
     axes = {a["dim"]: a for a in plan}
-    out: dict[str, Case] = {}
+    out: dict[str, tuple[Case, bool]] = {}
     rng = random.Random(seed)
     for b in found.boundaries:
         axis = axes[b.dim]
@@ -118,12 +138,12 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, 
             m, dims = configs.point_of(axis, value)
             for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, m)))):
                 case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
-                out.setdefault(case.id, case)
-    for point in found.joint:  # a combination of sizes no axis showed: judged where it launches
+                out.setdefault(case.id, (case, False))
+    for point in found.joint:  # a combination of sizes no axis showed, or a far point: judged where it launches
         axis = plan[0]
         rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
         for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, point.m)))):
             case = Case(point.m, dict(point.dims), axis["dtype"], "normal", rng.getrandbits(31), origin="config",
                         once=True)
-            out.setdefault(case.id, case)
+            out.setdefault(case.id, (case, point.why.startswith(joint_far.FAR)))
     return list(out.values())

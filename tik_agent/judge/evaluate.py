@@ -250,7 +250,9 @@ def evaluate_sandboxed(spec: KernelSpec, candidate: Path, options: EvalOptions, 
             if survey is not None:
                 verdict = judge_configurations(spec, survey, result, cases, expected,
                                                lambda new: _run_seed(spec, options, new, lenient=frozenset(
-                                                   c.id for c in new))[0])
+                                                   c.id for c in new))[0],
+                                               lambda held, answers: _parity_so_far(spec, box, box.dir / kernel,
+                                                                                    held, answers))
         if verdict is None:
             verdict = _judge_left(spec, options.device, box, box.dir / kernel, cases, expected, result)
             if verdict.outcome in (Outcome.PASSED, Outcome.SLOWER) and plan is not None:  # slow or not, judged
@@ -281,6 +283,18 @@ def _judge_left(spec: KernelSpec, device: str, box: WorkerBox, kernel_file: Path
     except UnreadableWorkerFile as exc:
         return Verdict(Outcome.INTEGRITY_FAILED, f"[output] {exc}", environment=result.get("environment", {}))
     return judge_outputs(spec, device, cases, expected, outputs, result, kernel_file)
+
+
+def _parity_so_far(spec: KernelSpec, box: WorkerBox, kernel_file: Path, cases: list[Case],
+                   expected: dict) -> Verdict | None:
+    """The first failing case's verdict among ``cases`` (before the far points' cases are
+    computed by the seed: :func:`~tik_agent.judge.config_cases.judge_configurations`), or None;
+    an outputs file that cannot be read is left to the final judgement, which says so."""
+    try:
+        outputs = box.outputs()
+    except UnreadableWorkerFile:
+        return None
+    return judge_parity(spec, cases, expected, outputs, kernel_file)[1]
 
 
 def _expected(reference: Reference, extras: list[Case], extra_outputs: dict) -> tuple[list[Case], dict]:
