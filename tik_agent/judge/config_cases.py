@@ -100,20 +100,22 @@ def judge_configurations(spec: KernelSpec, survey: dict, result: dict, cases: li
         log.info("configuration survey: the launch changes at %s; %d boundary cases",
                  "; ".join([f"{b.dim} = {b.value}" for b in found.boundaries] + [p.why for p in found.joint]),
                  len(new))
+    def add(part: list[Case]) -> None:
+        outputs = run_seed(part) if part else {}
+        for case in part:
+            if case.id in outputs:
+                cases.append(case)
+                expected[case.id] = outputs[case.id].full
+
     lazy = check is not None
-    first, last = [c for c, is_far in built if not (lazy and is_far)], [c for c, is_far in built if lazy and is_far]
-    for part in (first, last):
-        if part is last and last:
-            failed = check(cases, expected)
-            if failed is not None:
-                failed.environment = environment
-                return failed
-        if part:
-            outputs = run_seed(part)
-            for case in part:
-                if case.id in outputs:
-                    cases.append(case)
-                    expected[case.id] = outputs[case.id].full
+    add([c for c, is_far in built if not (lazy and is_far)])
+    last = [c for c, is_far in built if lazy and is_far]
+    if last:
+        failed = check(cases, expected)
+        if failed is not None:
+            failed.environment = environment
+            return failed
+        add(last)
     return None
 
 
