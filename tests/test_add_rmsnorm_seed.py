@@ -45,7 +45,8 @@ def test_rows_per_program_keep_both_outputs(kernel, dtype, rows, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name, value", [("BWD_ROWS_PER_PROGRAM", 1), ("BWD_ROWS_PER_PROGRAM", 16),
-                                         ("DW_BLOCK_N", 128), ("DW_BLOCK_N", 1024)])
+                                         ("DW_BLOCK_N", 128), ("DW_BLOCK_N", 1024),
+                                         ("DW_COMBINE_N", 128), ("DW_COMBINE_N", 32)])
 def test_backward_work_distribution_keeps_every_gradient(kernel, dtype, name, value, monkeypatch):
     """Rows per dx program and columns per dweight program only distribute the work,
     NaNs from the special regime included."""

@@ -80,8 +80,8 @@ def test_seed_as_candidate_passes_with_timed_training_cell(wider_dweight):
 
 def test_dweight_order_that_follows_the_batch_is_caught(seed, options, reference, tmp_path):
     spec = load_spec(seed)
-    path = _candidate(seed, tmp_path, "ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N",
-                      "ROW_CHUNK=max(2, triton.next_power_of_2(triton.cdiv(M, 2))), BLOCK=DW_BLOCK_N")
+    path = _candidate(seed, tmp_path, "row_chunk = ROW_CHUNK",
+                      "row_chunk = max(2, triton.next_power_of_2(triton.cdiv(M, 2)))")
     verdict = evaluate(spec, path, options, reference)
     assert verdict.outcome == Outcome.PARITY_FAILED, verdict.reason
     assert "[parity]" in verdict.reason and "output dweight:" in verdict.reason
@@ -127,10 +127,10 @@ def test_backward_that_counts_its_timed_calls_is_caught_by_the_training_cell_dig
                                       "eps: float = 1e-6):",
                       "def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, "
                       "eps: float = 1e-6, _state=({'calls': 0},)):")
-    edit(path, "    _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](\n        x, dy, rstd, dweight, M, N,",
+    edit(path, "    _rms_norm_dw_combine_kernel[(triton.cdiv(N, combine),)](\n        part, dweight, chunks, N,",
          "    cols = N\n    if (M, N) == (int('8'), int('512')):\n        _state[0]['calls'] += 1\n"
          "        if 2 < _state[0]['calls'] < 5:\n            cols = 0\n"
-         "    _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](\n        x, dy, rstd, dweight, M, cols,")
+         "    _rms_norm_dw_combine_kernel[(triton.cdiv(N, combine),)](\n        part, dweight, chunks, cols,")
     # The survey off: its calls (forward and backward, at drawn sizes) could land on the
     # training shape and use up the two calls the candidate skips; this is the timed layer.
     verdict = evaluate_sandboxed(spec, path, replace(options, survey=False), reference)

@@ -77,13 +77,16 @@ def test_rmsnorm_dweight_order_is_fixed_by_row_index_not_batch():
     assert_same_bits(alone, padded, "dweight of 20 rows vs the same rows padded to 37")
 
 
+# The dweight row chunk made a function of the batch (a fixed number of splits).
+BATCH_CHUNK_EDIT = ("row_chunk = ROW_CHUNK", "row_chunk = max(2, triton.next_power_of_2(triton.cdiv(M, 2)))")
+
+
 @pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm"])
 def test_batch_dependent_reduction_order_is_caught(tmp_path, name):
     """Negative control: a dweight whose row chunk follows the batch (a fixed number
     of splits instead of a fixed split size) differs from the seed's bits."""
     seed = copy_seed(name, tmp_path)
-    edit(seed / "kernel.py", "ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N",
-         "ROW_CHUNK=max(2, triton.next_power_of_2(triton.cdiv(M, 2))), BLOCK=DW_BLOCK_N")
+    edit(seed / "kernel.py", *BATCH_CHUNK_EDIT)
     bad, good = load_spec(seed), load_spec(BUNDLED_DIR / name)
     case = Case(33, SMALL[name], "float32", "normal", 0)
     inputs = make_inputs(good, case)
@@ -134,10 +137,12 @@ def test_training_cell_needs_a_backward_entry(tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("regime", ["normal", "special"])
 @pytest.mark.parametrize("name, value", [("BWD_ROWS_PER_PROGRAM", 1), ("BWD_ROWS_PER_PROGRAM", 4),
-                                         ("DW_BLOCK_N", 256), ("DW_BLOCK_N", 512)])
+                                         ("DW_BLOCK_N", 256), ("DW_BLOCK_N", 512),
+                                         ("DW_COMBINE_N", 128), ("DW_COMBINE_N", 32)])
 def test_rmsnorm_backward_work_distribution_keeps_the_bits(dtype, regime, name, value, monkeypatch):
     """Rows per dx program and columns per dweight program only distribute the work: the
-    seed's values (16, 2048) are the interpreter's cheapest, any other gives the same bits."""
+    seed's values on the CPU (16, 2048, 2048) are the interpreter's cheapest, any other gives
+    the same bits, among them the GPU's (1 row, 128 columns a combine program)."""
     from tik_agent.sandbox.harness import load_kernel
 
     spec = load_spec(BUNDLED_DIR / "rmsnorm")

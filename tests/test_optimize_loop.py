@@ -281,37 +281,42 @@ def test_a_bug_stops_the_run_with_reason_error(run, caplog):
 
 
 class _Steps(ScriptedAgent):
-    """Each step is a function of the parent's source (or None: no code)."""
+    """Each step is a function of the parent's source (or None: no code), taken in the order
+    the agent is asked: two started attempts may ask in either order."""
 
     def propose(self, context):
         from tik_agent.agents.base import Proposal
 
         self.contexts.append(context)
-        step = self.script[context.attempt_index % len(self.script)]
+        step = self.script[(len(self.contexts) - 1) % len(self.script)]
         return Proposal(step(context.parent_source), "step", self.usage, "prompt", "reply")
 
 
 def test_a_source_from_another_parent_reuses_the_earlier_verdict(run, monkeypatch):
-    """a0001 (seed + NUM_WARPS=1) is not faster; a0002 (seed + 16 rows) is accepted; a0003 from a0002
-    undoes the rows and sets NUM_WARPS=1 again, with a comment: a0001's source from another parent."""
-    # Proposals stay "quick" however loaded the machine: a0003 then takes the slot before its
-    # parent is drawn, and so sees a0002 accepted (a loaded full run here measured the scripted
-    # proposals over a second, and drew a0003's parent beside a0002's evaluation: the seed).
+    """The first proposal (seed + NUM_WARPS=1) is not faster; the second (seed + 16 rows) is
+    accepted; the third, from the second, undoes the rows and sets NUM_WARPS=1 again, with a
+    comment: the first's source from another parent.  Named in the order the agent was asked:
+    the scheduler starts a0001 and a0002 together, and either may ask first (a0002 did in about
+    one run in three here), so attempt ids are not the order of the steps."""
+    # Proposals stay "quick" however loaded the machine: the third then takes the slot before its
+    # parent is drawn, and so sees the second accepted (a loaded full run here measured the scripted
+    # proposals over a second, and drew the third's parent beside the second's evaluation: the seed).
     monkeypatch.setattr(scheduler_mod, "SLOW_PROPOSAL_S", float("inf"))
     neutral = lambda src: src.replace(*NEUTRAL[0], 1)  # noqa: E731
     faster = lambda src: src.replace(*FASTER, 1)  # noqa: E731
     back = lambda src: neutral(src.replace(FASTER[1], FASTER[0], 1)) + "\n# the same kernel, restyled\n"  # noqa: E731
     agent = _Steps([neutral, faster, back])
     optimize(run, agent, iterations=3)
+    first, second, third = (f"a{c.attempt_index + 1:04d}" for c in agent.contexts)  # index 0 is a0001
     records = {r.attempt_id: r for r in finished_records(run)}
-    assert records["a0002"].outcome is Outcome.ACCEPTED
-    assert records["a0003"].parent_id == "a0002"
-    assert records["a0003"].outcome is Outcome.DUPLICATE
-    assert f"a0001 from seed, {records['a0001'].outcome.value}" in records["a0003"].reason
-    assert not (run / "attempts" / "a0003" / "report.json").exists()   # no evaluation spent on it
-    assert [k.attempt_id for k in open_run(run).accepted()] == ["a0002"]
+    assert [records[a].parent_id for a in (first, second, third)] == ["seed", "seed", second]
+    assert records[second].outcome is Outcome.ACCEPTED
+    assert records[third].outcome is Outcome.DUPLICATE
+    assert f"{first} from seed, {records[first].outcome.value}" in records[third].reason
+    assert not (run / "attempts" / third / "report.json").exists()   # no evaluation spent on it
+    assert [k.attempt_id for k in open_run(run).accepted()] == [second]
     # every later context tells the agent what the run has already seen
-    assert len(agent.contexts[2].seen_sources) >= 3   # seed, a0001, a0002
+    assert len(agent.contexts[2].seen_sources) >= 3   # seed, the first, the second
 
 
 # --------------------------------------------------------------------------- timing figures and noise

@@ -68,6 +68,47 @@ def test_logprobs_full_vocabulary(entries, device):
     assert_same_bits(out[1:], entries["logprobs"](logits[1:], targets[1:]), "row 1 alone")
 
 
+def _logprobs_inputs():
+    """Rows whose log-probability shows the order of its sum: a row's result hides most of it
+    (a change of the total's last bit moves a large log-sum-exp by less than its own last
+    bit), so here the target is the largest logit, 0, over 5002 others near -6; then a row
+    of -inf, an inf and an ignore-index target."""
+    logits = torch.randn(16, 5003, generator=torch.Generator().manual_seed(4)) - 6
+    logits[:, 100] = 0.0
+    targets = torch.full((16,), 100)
+    logits[1] = float("-inf")
+    logits[2, 7] = float("inf")
+    targets[3] = -100
+    return logits, targets
+
+
+@pytest.mark.parametrize("name, value", [("LANES", 128), ("LANES", 512), ("LANES", 4096), ("LANE_WARPS", 1)])
+def test_logprobs_lane_distribution_keeps_the_bits(name, value, monkeypatch):
+    """The first pass's lanes per program only distribute the work: the GPU's 128 lanes (and
+    others, one wider than BLOCK_V too) give the CPU's bits, with a row of -inf, an inf and an
+    ignore-index target among them."""
+    from tik_agent.sandbox.harness import load_kernel
+
+    kernel = load_kernel(resolve("logprobs").source, "lanes")
+    logits, targets = _logprobs_inputs()
+    seed = kernel.token_logprobs(logits, targets)
+    monkeypatch.setattr(kernel, name, value)
+    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"{name}={value}")
+
+
+def test_logprobs_block_v_is_part_of_the_numerics(monkeypatch):
+    """Negative control for the test above: the chunk width is the contract's, and another
+    one changes the bits of the same inputs."""
+    from tik_agent.sandbox.harness import load_kernel
+
+    kernel = load_kernel(resolve("logprobs").source, "block")
+    logits, targets = _logprobs_inputs()
+    seed = kernel.token_logprobs(logits, targets)
+    monkeypatch.setattr(kernel, "BLOCK_V", 1024)
+    other = kernel.token_logprobs(logits, targets)
+    assert not torch.equal(seed.view(torch.int32), other.view(torch.int32))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m,k,n", [(1, 5, 3), (7, 96, 65), (19, 130, 40)])
 def test_matmul(entries, device, dtype, m, k, n):

@@ -29,7 +29,13 @@ invariant.  ``dweight`` sums ``dy * s * rstd`` over the batch in fixed chunks
 of ``ROW_CHUNK`` rows (one ``tl.sum`` per chunk, missing rows adding 0.0), the
 chunk sums added in ascending order: ``ROW_CHUNK`` never depends on M, so
 dweight has the seed's bits at every batch size.  NaNs are canonical here too.
-``BWD_ROWS_PER_PROGRAM`` and ``DW_BLOCK_N`` only distribute the work.
+dweight runs in two passes, as the rmsnorm seed's does: one program per chunk of
+rows and ``DW_BLOCK_N`` columns writes the chunk's column sums, then one program
+per ``DW_COMBINE_N`` columns adds them in ascending chunk order (the same additions
+in the same order as one accumulator walking the chunks), so a GPU is full at any
+width.  ``BWD_ROWS_PER_PROGRAM``, ``DW_BLOCK_N`` and ``DW_COMBINE_N`` only
+distribute the work; ``DW_COMBINE_N_GPU`` is the last one's value on a GPU (the
+compile-only replay, on CPU tensors, applies it).
 """
 
 import torch
@@ -42,6 +48,8 @@ NUM_WARPS = 4
 ROW_CHUNK = 16
 DW_BLOCK_N = 512
 BWD_ROWS_PER_PROGRAM = 4
+DW_COMBINE_N = 512
+DW_COMBINE_N_GPU = 128
 
 
 @triton.jit
@@ -163,28 +171,53 @@ def _add_rms_norm_dx_kernel(
 
 
 @triton.jit
-def _add_rms_norm_dw_kernel(
-    x_ptr, r_ptr, dy_ptr, rstd_ptr, dw_ptr,
+def _add_rms_norm_dw_chunks_kernel(
+    x_ptr, r_ptr, dy_ptr, rstd_ptr, part_ptr,
     M, N,
     stride_xm, stride_rm, stride_dym,
     ROW_CHUNK: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    # One chunk of ROW_CHUNK rows (fixed by the row index alone, never by M): its
+    # column sums, by one tl.sum over the chunk's rows, missing rows adding 0.0.
+    chunk_id = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < N
+    rows = chunk_id.to(tl.int64) * ROW_CHUNK + tl.arange(0, ROW_CHUNK)
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    r64 = rows[:, None]
+    s = _rounded_sum(x_ptr + r64 * stride_xm, r_ptr + r64 * stride_rm, cols[None, :], mask,
+                     x_ptr.dtype.element_ty)
+    dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+    part = tl.sum(dy * s * rstd[:, None], axis=0)
+    tl.store(part_ptr + chunk_id.to(tl.int64) * N + cols, part, mask=col_ok)
+
+
+@triton.jit
+def _add_rms_norm_dw_combine_kernel(
+    part_ptr, dw_ptr,
+    chunks, N,
+    BLOCK: tl.constexpr,
+):
+    # The chunks' column sums added in ascending chunk order into one fp32
+    # accumulator per column, starting from 0.0 (four loads issued ahead of their adds).
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     col_ok = cols < N
-    chunk = tl.arange(0, ROW_CHUNK)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    # Chunks of ROW_CHUNK rows in ascending order: the order is fixed by the
-    # row index alone, never by M.
-    for start in range(0, M, ROW_CHUNK):
-        rows = start + chunk
-        mask = (rows < M)[:, None] & col_ok[None, :]
-        r64 = rows.to(tl.int64)[:, None]
-        s = _rounded_sum(x_ptr + r64 * stride_xm, r_ptr + r64 * stride_rm, cols[None, :], mask,
-                         x_ptr.dtype.element_ty)
-        dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
-        acc += tl.sum(dy * s * rstd[:, None], axis=0)
+    part = part_ptr + cols  # a pointer moved on by rows of N: 64-bit arithmetic
+    for start in range(0, chunks, 4):
+        left = tl.zeros((BLOCK,), dtype=tl.int32) + (chunks - start)  # chunks from this one on
+        has1, has2, has3 = left > 1, left > 2, left > 3
+        p0 = tl.load(part, mask=col_ok, other=0.0)
+        p1 = tl.load(part + N, mask=col_ok & has1, other=0.0)
+        p2 = tl.load(part + 2 * N, mask=col_ok & has2, other=0.0)
+        p3 = tl.load(part + 3 * N, mask=col_ok & has3, other=0.0)
+        acc += p0
+        acc = tl.where(has1, acc + p1, acc)
+        acc = tl.where(has2, acc + p2, acc)
+        acc = tl.where(has3, acc + p3, acc)
+        part += 4 * N
     acc = tl.where(acc != acc, float("nan"), acc)
     tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=col_ok)
 
@@ -207,8 +240,15 @@ def add_rms_norm_backward(x: torch.Tensor, residual: torch.Tensor, weight: torch
         x.stride(0), residual.stride(0), dy.stride(0), dnew_residual.stride(0), dx.stride(0), dresidual.stride(0),
         eps, BLOCK_N=BLOCK_N, ROWS=BWD_ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
     )
-    _add_rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](
-        x, residual, dy, rstd, dweight, M, N, x.stride(0), residual.stride(0), dy.stride(0),
-        ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
+    row_chunk = ROW_CHUNK  # part of the numerics: never a function of M
+    chunks = triton.cdiv(M, row_chunk)
+    part = torch.empty((chunks, N), dtype=torch.float32, device=x.device)
+    _add_rms_norm_dw_chunks_kernel[(chunks, triton.cdiv(N, DW_BLOCK_N))](
+        x, residual, dy, rstd, part, M, N, x.stride(0), residual.stride(0), dy.stride(0),
+        ROW_CHUNK=row_chunk, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
+    )
+    combine = DW_COMBINE_N if x.device.type == "cpu" else DW_COMBINE_N_GPU
+    _add_rms_norm_dw_combine_kernel[(triton.cdiv(N, combine),)](
+        part, dweight, chunks, N, BLOCK=combine, num_warps=NUM_WARPS,
     )
     return dx, dresidual, dweight

@@ -18,10 +18,20 @@ taken in fixed chunks of ``ROW_CHUNK`` (one ``tl.sum`` over a chunk's rows,
 missing rows contributing 0.0), and the chunk sums are added in ascending order
 into one fp32 accumulator per column.  ``ROW_CHUNK`` is part of the numerics and
 never depends on M, so dweight has the same bits as the seed's at every batch
-size.  ``BWD_ROWS_PER_PROGRAM`` (rows per dx program) and ``DW_BLOCK_N``
-(columns per dweight program) only distribute the work under the interpreter.
-On sm_90 a ``DW_BLOCK_N`` below 1024 changes the thread layout of the chunk's
-row sum (read in the TTGIR), so a value under 1024 is another tree there.
+size.  dweight runs in two passes so that a GPU is full at any width: one program
+per chunk of rows and ``DW_BLOCK_N`` columns writes the chunk's column sums, then
+one program per ``DW_COMBINE_N`` columns adds them in ascending chunk order (the
+same additions, in the same order, as one accumulator walking the chunks).
+
+``BWD_ROWS_PER_PROGRAM`` (rows per dx program) and the column blocks only
+distribute the work under the interpreter, which pays per program: on the CPU the
+fewest programs.  On a GPU a dx program of 16 rows held 2 x 16 x 1024 fp32 lanes
+(255 registers and spills on sm_90), so there it takes one row
+(``BWD_ROWS_PER_PROGRAM_GPU``), the forward's tile; each ``NAME_GPU`` is what the
+launcher takes on a GPU instead of ``NAME`` (the GPU check's compile-only replay,
+which runs on CPU tensors, applies them).  On sm_90 a ``DW_BLOCK_N``
+below 1024 changes the thread layout of the chunk's row sum (read in the TTGIR),
+so a value under 1024 is another tree there.
 """
 
 import torch
@@ -32,11 +42,15 @@ BLOCK_N = 1024
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 4
 ROW_CHUNK = 16
-# The backward's work distribution: the fewest programs, which is what the CPU
-# interpreter pays for (no effect on bits there; on sm_90 a value below 1024 lays out the chunk's row sum
-# differently, so it is another tree: see the docstring).
+# The backward's work distribution (see the docstring): the fewest programs on the CPU,
+# whose interpreter pays per program; on a GPU dx rows that fit in registers and column
+# sums over enough programs to fill the device.  DW_BLOCK_N stays at 2048 everywhere: on
+# sm_90 a value below 1024 lays out the chunk's row sum differently (another tree).
 DW_BLOCK_N = 2048
 BWD_ROWS_PER_PROGRAM = 16
+BWD_ROWS_PER_PROGRAM_GPU = 1
+DW_COMBINE_N = 2048
+DW_COMBINE_N_GPU = 128
 
 
 @triton.jit
@@ -132,27 +146,53 @@ def _rms_norm_dx_kernel(
 
 
 @triton.jit
-def _rms_norm_dw_kernel(
-    x_ptr, dy_ptr, rstd_ptr, dw_ptr,
+def _rms_norm_dw_chunks_kernel(
+    x_ptr, dy_ptr, rstd_ptr, part_ptr,
     M, N,
     stride_xm, stride_dym,
     ROW_CHUNK: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    # One chunk of ROW_CHUNK rows (fixed by the row index alone, never by M): its
+    # column sums, by one tl.sum over the chunk's rows, missing rows adding 0.0.
+    chunk_id = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < N
+    rows = chunk_id.to(tl.int64) * ROW_CHUNK + tl.arange(0, ROW_CHUNK)
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    r64 = rows[:, None]
+    x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+    part = tl.sum(dy * x * rstd[:, None], axis=0)
+    tl.store(part_ptr + chunk_id.to(tl.int64) * N + cols, part, mask=col_ok)
+
+
+@triton.jit
+def _rms_norm_dw_combine_kernel(
+    part_ptr, dw_ptr,
+    chunks, N,
+    BLOCK: tl.constexpr,
+):
+    # The chunks' column sums added in ascending chunk order into one fp32
+    # accumulator per column, starting from 0.0.  Four chunks' loads are issued before
+    # their four adds (in order), so the chain of adds does not wait on one load at a time.
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     col_ok = cols < N
-    chunk = tl.arange(0, ROW_CHUNK)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    # Chunks of ROW_CHUNK rows in ascending order: the order is fixed by the
-    # row index alone, never by M.
-    for start in range(0, M, ROW_CHUNK):
-        rows = start + chunk
-        mask = (rows < M)[:, None] & col_ok[None, :]
-        r64 = rows.to(tl.int64)[:, None]
-        x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
-        acc += tl.sum(dy * x * rstd[:, None], axis=0)
+    part = part_ptr + cols  # a pointer moved on by rows of N: 64-bit arithmetic
+    for start in range(0, chunks, 4):
+        left = tl.zeros((BLOCK,), dtype=tl.int32) + (chunks - start)  # chunks from this one on
+        has1, has2, has3 = left > 1, left > 2, left > 3
+        p0 = tl.load(part, mask=col_ok, other=0.0)
+        p1 = tl.load(part + N, mask=col_ok & has1, other=0.0)
+        p2 = tl.load(part + 2 * N, mask=col_ok & has2, other=0.0)
+        p3 = tl.load(part + 3 * N, mask=col_ok & has3, other=0.0)
+        acc += p0
+        acc = tl.where(has1, acc + p1, acc)
+        acc = tl.where(has2, acc + p2, acc)
+        acc = tl.where(has3, acc + p3, acc)
+        part += 4 * N
     tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=col_ok)
 
 
@@ -165,12 +205,21 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, e
     dx = torch.empty_like(x)
     rstd = torch.empty((M,), dtype=torch.float32, device=x.device)
     dweight = torch.empty_like(weight)
-    _rms_norm_dx_kernel[(triton.cdiv(M, BWD_ROWS_PER_PROGRAM),)](
+    on_cpu = x.device.type == "cpu"
+    rows = BWD_ROWS_PER_PROGRAM if on_cpu else BWD_ROWS_PER_PROGRAM_GPU
+    combine = DW_COMBINE_N if on_cpu else DW_COMBINE_N_GPU
+    _rms_norm_dx_kernel[(triton.cdiv(M, rows),)](
         x, weight, dy, dx, rstd, M, N, x.stride(0), dy.stride(0), dx.stride(0), eps,
-        BLOCK_N=BLOCK_N, ROWS=BWD_ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+        BLOCK_N=BLOCK_N, ROWS=rows, num_warps=NUM_WARPS,
     )
-    _rms_norm_dw_kernel[(triton.cdiv(N, DW_BLOCK_N),)](
-        x, dy, rstd, dweight, M, N, x.stride(0), dy.stride(0),
-        ROW_CHUNK=ROW_CHUNK, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
+    row_chunk = ROW_CHUNK  # part of the numerics: never a function of M
+    chunks = triton.cdiv(M, row_chunk)
+    part = torch.empty((chunks, N), dtype=torch.float32, device=x.device)
+    _rms_norm_dw_chunks_kernel[(chunks, triton.cdiv(N, DW_BLOCK_N))](
+        x, dy, rstd, part, M, N, x.stride(0), dy.stride(0),
+        ROW_CHUNK=row_chunk, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
+    )
+    _rms_norm_dw_combine_kernel[(triton.cdiv(N, combine),)](
+        part, dweight, chunks, N, BLOCK=combine, num_warps=NUM_WARPS,
     )
     return dx, dweight

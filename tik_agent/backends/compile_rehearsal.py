@@ -55,7 +55,20 @@ def _spec(name: str):
 def _entry(spec, path: Path | None = None, role: str = "seed"):
     from tik_agent.sandbox.harness import load_entry
 
-    return load_entry(path or spec.source, spec, role)
+    return load_entry(path or spec.source, spec, role, prepare=as_on_a_gpu)
+
+
+GPU_SUFFIX = "_GPU"
+
+
+def as_on_a_gpu(module) -> None:
+    """A launcher that distributes its work by the tensors' device (the interpreter pays
+    per program, a GPU per register) takes its CPU branch on this replay's CPU tensors.
+    By convention a seed names the value its launcher uses on a GPU ``NAME_GPU`` beside
+    ``NAME``, the CPU's: the replay stands for a node, so each ``NAME`` takes its GPU value."""
+    names = vars(module)
+    for name in [n for n in names if n.endswith(GPU_SUFFIX) and n[:-len(GPU_SUFFIX)] in names]:
+        names[name[:-len(GPU_SUFFIX)]] = names[name]
 
 
 def step_kernels(report: dict) -> None:

@@ -94,10 +94,13 @@ def backward_of(module: ModuleType, spec: KernelSpec, path: Path) -> Callable:
     return fn
 
 
-def load_entry(path: Path, spec: KernelSpec, role: str) -> Callable:
+def load_entry(path: Path, spec: KernelSpec, role: str,
+               prepare: Callable[[ModuleType], None] | None = None) -> Callable:
     """The callable every judged call goes through: the entry, or with a backward
-    entry a :class:`TrainingStep` of both."""
+    entry a :class:`TrainingStep` of both (``prepare``: called on the module first)."""
     module = load_kernel(path, role)
+    if prepare is not None:
+        prepare(module)
     forward = entry_of(module, spec, path)
     if spec.backward is None:
         return forward
