@@ -82,18 +82,19 @@ def _logprobs_inputs():
     return logits, targets
 
 
-@pytest.mark.parametrize("name, value", [("LANES", 128), ("LANES", 512), ("LANES", 4096), ("LANE_WARPS", 1)])
-def test_logprobs_lane_distribution_keeps_the_bits(name, value, monkeypatch):
-    """The first pass's lanes per program only distribute the work: the GPU's 128 lanes (and
-    others, one wider than BLOCK_V too) give the CPU's bits, with a row of -inf, an inf and an
-    ignore-index target among them."""
+@pytest.mark.parametrize("lanes, warps", [(128, 1), (512, 8), (2048, 8), (4096, 8)])
+def test_logprobs_two_passes_keep_the_bits(lanes, warps, monkeypatch):
+    """The GPU's two passes give the one pass's bits, whatever the first pass's lanes per
+    program (the GPU's 128 on one warp, and others, one wider than BLOCK_V too), with a row of
+    -inf, an inf and an ignore-index target among the rows."""
     from tik_agent.sandbox.harness import load_kernel
 
     kernel = load_kernel(resolve("logprobs").source, "lanes")
     logits, targets = _logprobs_inputs()
     seed = kernel.token_logprobs(logits, targets)
-    monkeypatch.setattr(kernel, name, value)
-    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"{name}={value}")
+    for name, value in (("TWO_PASS", True), ("LANES", lanes), ("LANE_WARPS", warps)):
+        monkeypatch.setattr(kernel, name, value)
+    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"two passes, {lanes} lanes")
 
 
 def test_logprobs_block_v_is_part_of_the_numerics(monkeypatch):

@@ -21,8 +21,8 @@ maximum and sum for the lanes that see an element (the first ``min(V, BLOCK_V)``
 the others stay at -inf and 0.0, as in one pass).  The second merges a row's
 ``BLOCK_V`` lanes by the contract's one ``tl.max`` and one ``tl.sum``, on the
 same (rows, ``BLOCK_V``) tile as the one-pass kernel, and picks the target.  On
-the CPU, whose interpreter pays per program, one program holds a whole row
-(``LANES = BLOCK_V``) and the one-pass kernel runs.  Both merge and pick with the
+the CPU, whose interpreter pays per program, one program holds a whole row and
+the one-pass kernel runs (``TWO_PASS``).  Both merge and pick with the
 same helpers, and the tests compare the two passes with the one on the CPU.
 (The GPU check's compile-only replay, on CPU tensors, applies each ``NAME_GPU``.)
 """
@@ -34,7 +34,10 @@ import triton.language as tl
 BLOCK_V = 2048
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 8
-# The first pass's lanes per program: its work distribution only (see the docstring).
+# The work distribution only (see the docstring): whether the forward takes two passes, and
+# the first pass's lanes and warps per program.
+TWO_PASS = False
+TWO_PASS_GPU = True
 LANES = 2048
 LANES_GPU = 128
 LANE_WARPS = 8
@@ -184,14 +187,14 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     M, V = logits.shape
     out = torch.empty((M,), dtype=torch.float32, device=logits.device)
     on_cpu = logits.device.type == "cpu"
-    lanes = LANES if on_cpu else LANES_GPU
     rows = triton.cdiv(M, ROWS_PER_PROGRAM)
-    if lanes >= BLOCK_V:  # one program holds a whole row: one pass
+    if not (TWO_PASS if on_cpu else TWO_PASS_GPU):  # one program holds a whole row
         _token_logprobs_kernel[(rows,)](
             logits, targets, out, M, V, logits.stride(0),
             BLOCK_V=BLOCK_V, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
         )
         return out
+    lanes = LANES if on_cpu else LANES_GPU
     width = min(V, BLOCK_V)  # the lanes that see an element
     run_max = torch.empty((M, width), dtype=torch.float32, device=logits.device)
     run_sum = torch.empty((M, width), dtype=torch.float32, device=logits.device)
