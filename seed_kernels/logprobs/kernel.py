@@ -45,6 +45,15 @@ LANE_WARPS_GPU = 1
 
 
 @triton.jit
+def _lane_sum(run_sum, run_max, new_max, x):
+    """Each lane's running sum of exponentials after ``x``, rescaled from ``run_max`` to
+    ``new_max``.  A lane that has seen only -inf keeps max -inf and sum 0; the guard keeps
+    (-inf) - (-inf) from turning it into NaN."""
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    return run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+
+
+@triton.jit
 def _merge_rows(run_max, run_sum):
     """The log-sum-exp of each row of (rows, BLOCK_V) lanes: one tl.max, one tl.sum."""
     row_max = tl.max(run_max, axis=1)
@@ -82,10 +91,7 @@ def _token_logprobs_kernel(
         mask = row_ok[:, None] & (c < V)[None, :]
         x = tl.load(row_ptrs + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
         new_max = tl.maximum(run_max, x)
-        # A lane that has seen only -inf keeps max -inf and sum 0; guard the
-        # (-inf) - (-inf) that would otherwise turn it into NaN.
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+        run_sum = _lane_sum(run_sum, run_max, new_max, x)
         run_max = new_max
     _pick(logits_ptr, targets_ptr, out_ptr, rows, row_ok, _merge_rows(run_max, run_sum), V, stride_lm)
 
@@ -110,8 +116,7 @@ def _lse_lanes_kernel(
         c = start + lanes
         x = tl.load(row_ptr + c, mask=lane_ok & (c < V), other=float("-inf")).to(tl.float32)
         new_max = tl.maximum(run_max, x)
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+        run_sum = _lane_sum(run_sum, run_max, new_max, x)
         run_max = new_max
     tl.store(max_ptr + row * width + lanes, run_max, mask=lane_ok)
     tl.store(sum_ptr + row * width + lanes, run_sum, mask=lane_ok)
@@ -146,8 +151,7 @@ def _row_lse(row_ptr, V, BLOCK_V: tl.constexpr):
         c = start + cols
         x = tl.load(row_ptr + c, mask=c < V, other=float("-inf")).to(tl.float32)
         new_max = tl.maximum(run_max, x)
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(x - safe_max)
+        run_sum = _lane_sum(run_sum, run_max, new_max, x)
         run_max = new_max
     row_max = tl.max(run_max, axis=0)
     safe_row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
