@@ -25,6 +25,13 @@ the CPU, whose interpreter pays per program, one program holds a whole row and
 the one-pass kernel runs (``TWO_PASS``).  Both merge and pick with the
 same helpers, and the tests compare the two passes with the one on the CPU.
 (The GPU check's compile-only replay, on CPU tensors, applies each ``NAME_GPU``.)
+
+Backward contract (``token_logprobs_backward``): every row is its own: the
+row's log-sum-exp is recomputed in the forward's order (same lanes, same
+merge), then ``dlogits[i, j] = dout[i] * ([j == t_i] - exp(x_ij - lse_i))`` is
+written element by element.  No reduction crosses rows, so dlogits is batch
+invariant; it has the logits' dtype.  A row whose target is outside [0, V) gets
+NaN gradients.
 """
 
 import torch
