@@ -97,6 +97,22 @@ def test_logprobs_two_passes_keep_the_bits(lanes, warps, monkeypatch):
     assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"two passes, {lanes} lanes")
 
 
+@pytest.mark.parametrize("v", [7, 1500])
+def test_logprobs_two_passes_on_rows_narrower_than_the_lanes(v, monkeypatch):
+    """With V under BLOCK_V only min(V, BLOCK_V) lanes are kept between the passes; the merge
+    takes the others as the one pass leaves them (-inf, 0.0)."""
+    from tik_agent.sandbox.harness import load_kernel
+
+    kernel = load_kernel(resolve("logprobs").source, "narrow")
+    g = torch.Generator().manual_seed(6)
+    logits = (torch.randn(4, v, generator=g) * 3).bfloat16()
+    targets = torch.randint(0, v, (4,), generator=g)
+    seed = kernel.token_logprobs(logits, targets)
+    for name, value in (("TWO_PASS", True), ("LANES", 128), ("LANE_WARPS", 1)):
+        monkeypatch.setattr(kernel, name, value)
+    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"two passes, V={v}")
+
+
 def test_logprobs_block_v_is_part_of_the_numerics(monkeypatch):
     """Negative control for the test above: the chunk width is the contract's, and another
     one changes the bits of the same inputs."""
