@@ -58,6 +58,7 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 exec 3>&1   # the log, for step headers when a step's own stdout goes to a result file
 
 FAILED=0
+FAILED_STEPS=
 # step NAME SECONDS CMD...: run under its own timeout, record the outcome, carry on.
 step() {
   local name=$1 limit=$2; shift 2
@@ -68,7 +69,7 @@ step() {
   local rc=$?
   local took=$(( SECONDS - t0 ))
   [ $rc = 124 ] && echo "== $name: TIMED OUT after ${limit}s" >&3
-  [ $rc != 0 ] && FAILED=$(( FAILED + 1 ))
+  [ $rc != 0 ] && { FAILED=$(( FAILED + 1 )); FAILED_STEPS="$FAILED_STEPS $name(exit $rc)"; }
   echo "- step $name: exit $rc, ${took}s" >> "$WORK/steps.tmp"
   return $rc
 }
@@ -112,7 +113,7 @@ import importlib
 for name in ('tik_agent', 'openai', 'anthropic', 'git', 'gitdb', 'smmap'):
     where = importlib.import_module(name).__file__
     assert where.startswith('$SITE'), f'{name} from {where}'" \
-  || { echo "a package does not come from the wheels"; FAILED=$((FAILED + 1)); }
+  || { echo "a package does not come from the wheels"; FAILED=$((FAILED + 1)); FAILED_STEPS="$FAILED_STEPS imports"; }
 if [ -n "$TARGET" ]; then
   # one step per check step, all at once up to the cores; the limit is the whole replay's
   # COMPILE_STEPS="kernels probes ..." replays only those (CI: the kernels table alone)
@@ -142,5 +143,7 @@ step export 35 bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wh
 { echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$WORK/steps.tmp"; } >> "$OUT/summary.md"
 rm -f "$WORK/steps.tmp"
 echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
-echo "gpu-check: $(grep -c ': exit 0,' "$OUT/summary.md") passed, $FAILED failed"
+echo "gpu-check: $(grep -c ': exit 0,' "$OUT/summary.md") passed, $FAILED failed${FAILED_STEPS:+:$FAILED_STEPS}"
+# A step whose output went to a result file: its end, here, where CI's log shows it.
+case $FAILED_STEPS in *optimize*) echo "== the end of optimize.txt:"; tail -n 30 "$OUT/optimize.txt" ;; esac
 exit $(( FAILED > 0 ))

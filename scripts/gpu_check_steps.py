@@ -272,6 +272,9 @@ def cmd_summarise(args) -> int:
                          f"{_fmt(tflops, '.1f')} | {_share(tflops, ceilings.get('bf16_tflops'))} |")
         lines.append(f"| {seed} | verdict: {v['outcome']}, {v['cases_passed']}/{v['cases_total']} cases, "
                      f"weighted speedup {v.get('speedup')} | | | | | | | | | | |")
+        if not v.get("passed"):  # the reason goes to the log too: CI shows the log, not the results
+            print(f"eval-{seed}: {v['outcome']}: {v.get('reason')}; first mismatch: {v.get('first_mismatch')}")
+            lines.append(f"\n{seed} not passed: {v.get('reason')}\n")
         path.unlink()
     lines += ["", f"timer: {', '.join(sorted(t for t in timers if t))}"]
     (out / "evals.json").write_text(json.dumps(evals, indent=2))
@@ -328,6 +331,7 @@ def cmd_wheel(args) -> int:
     else:
         lines.append("CUDA graph capture: skipped (no device)")
     _summary(out, "\n".join(lines))
+    print("\n".join(lines[1:]))  # into the log as well: a failure must show where CI looks
     return 0 if report.passed and ok_compile and ok_graph else 1
 
 
