@@ -15,7 +15,7 @@ from tik_agent.spec.fields import resolve_shape
 from tik_agent.spec.layouts import BLOCKS_DIM, TOKENS_DIM
 from tik_agent.spec.outputs import OutputSpec
 from tik_agent.spec.schema import KernelSpec
-from tik_agent.spec.sequences import full_launch, placement, token_count
+from tik_agent.spec.sequences import case_launch, placement, token_count
 
 
 class Check(str, Enum):
@@ -45,7 +45,7 @@ def expected_meta(spec: KernelSpec, case: Case, m: int, output: OutputSpec | Non
     if spec.layout == "sequences":
         dims[TOKENS_DIM] = token_count(spec, case) if tokens is None else tokens
         if BLOCKS_DIM in output.shape:
-            dims[BLOCKS_DIM] = (placement(spec, case, full_launch(spec, case.m, case.dims)).num_blocks
+            dims[BLOCKS_DIM] = (placement(spec, case, case_launch(spec, case)).num_blocks
                                 if blocks is None else blocks)
     return resolve_shape(output.shape, m, dims), output.dtype_in(case)
 

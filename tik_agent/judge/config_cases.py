@@ -43,6 +43,8 @@ def survey_request(spec: KernelSpec, options: EvalOptions) -> dict | None:
         return None
     rng = random.Random(secrets.randbits(64))
     axes = configs.survey_plan(spec, options.device, rng)
+    if spec.layout != "rows":  # the sequences layout: along its axes only (tik_agent.judge.config_sequences)
+        return {"axes": axes, "joint": [], "seed": rng.getrandbits(31)}
     points = joint.draw(axes, rng)
     return {"axes": joint.with_coordinates(axes, points), "joint": points, "seed": rng.getrandbits(31)}
 
@@ -126,6 +128,16 @@ def boundary_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, 
     return [case for case, _ in _config_cases(spec, plan, found, seed)]
 
 
+def _cases_a_side(spec: KernelSpec, device: str, m: int) -> int:
+    """Cases of other data a side of a boundary is judged on: enough for :data:`CONFIG_ROWS`
+    rows; in the sequences layout one (a case there costs seconds under the interpreter,
+    and holds a row per token and query head)."""
+    if spec.layout == "sequences":
+        return 1
+    rows = CONFIG_ROWS.get(device, CONFIG_ROWS["cuda"])
+    return min(CONFIG_CASES_MAX, -(-rows // max(1, m)))
+
+
 def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, seed: int) -> list[tuple[Case, bool]]:
     """:func:`boundary_cases`, each with whether it judges a far point."""
     axes = {a["dim"]: a for a in plan}
@@ -133,13 +145,13 @@ def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, s
     rng = random.Random(seed)
     for b in found.boundaries:
         axis = axes[b.dim]
-        rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
-        for value in (b.value - 1, b.value):
-            if value < min(axis["values"]):
-                continue
+        before = [v for v in axis["values"] if v < b.value]  # an axis over ratios is not consecutive
+        for value in ([max(before)] if before else []) + [b.value]:
             m, dims = configs.point_of(axis, value)
-            for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, m)))):
-                case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True)
+            uniform = spec.layout == "sequences"  # the very launch the survey saw (config_sequences)
+            for _ in range(_cases_a_side(spec, axis["device"], m)):
+                case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True,
+                            uniform=uniform)
                 out.setdefault(case.id, (case, False))
     for point in found.joint:  # a combination of sizes no axis showed, or a far point: judged where it launches
         axis = plan[0]

@@ -77,19 +77,23 @@ class Findings:
 
 
 def surveyed(spec: KernelSpec) -> bool:
-    """Specs whose launcher is surveyed: a declared domain, the rows layout."""
-    return spec.layout == "rows" and spec.domain is not None and spec.domain.declared
+    """Specs whose launcher is surveyed: a declared domain (either layout)."""
+    return spec.domain is not None and spec.domain.declared
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]:
     """The axes of the survey: one per dimension of the domain (the batch first)."""
     from tik_agent.spec.domain_cases import _dtype
 
+    dtype = _dtype(spec)
+    if spec.layout == "sequences":
+        from tik_agent.judge.config_sequences import survey_plan as sequences_plan
+
+        return sequences_plan(spec, device, rng, dtype)
     # The other dimensions and the batch of a sweep along one: drawn, so that a launcher
     # cannot switch on the values the survey holds them at.
     base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
     rows = rng.randint(*SURVEY_ROWS)
-    dtype = _dtype(spec)
     axes = []
     for name, span in sorted(spec.domain.dims.items(), key=lambda kv: kv[0] != BATCH_DIM):
         if span.values:  # a list of values: the edge cases judge each one
@@ -121,7 +125,12 @@ def point_of(axis: Mapping, value: int) -> tuple[int, dict]:
     """(batch, dims) of the survey call at ``value`` along ``axis``."""
     if axis["dim"] == BATCH_DIM:
         return value, dict(axis["dims"])
-    return int(axis["m"]), {**axis["dims"], axis["dim"]: value}
+    dims = {**axis["dims"], axis["dim"]: value}
+    if axis.get("tied"):  # the sequences layout: dimensions an axis carries along
+        from tik_agent.judge.config_sequences import tie
+
+        tie(axis, dims, value)
+    return int(axis["m"]), dims
 
 
 def analyse(axis: Mapping, lookup: Lookup) -> Findings:
@@ -131,11 +140,11 @@ def analyse(axis: Mapping, lookup: Lookup) -> Findings:
     try:
         exhaustive = [v for v in values if v <= axis["exhaustive"]]
         found = _changes(dim, exhaustive, lookup)
-        if len({b.value for b in found}) > BOUNDARY_BUDGET:
-            return _too_many(found)
+        if len({b.value for b in found}) > budget_of([axis]):
+            return _too_many(found, budget_of([axis]))
         beyond = [v for v in values if v > axis["exhaustive"]]
         if beyond and exhaustive:
-            found += _beyond_changes(dim, exhaustive, beyond, lookup, int(axis["top"]), high)
+            found += _beyond_changes(dim, exhaustive, beyond, lookup, int(axis["top"]), high, budget_of([axis]))
     except Unlocated as exc:
         return Findings(refusal=f"{dim}: the survey did not report size {exc} (a change it had to locate)")
     except Refused as exc:
@@ -219,10 +228,11 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
 
 def _affine(xs: list[int], ys: tuple[int, ...]) -> bool:
     """``ys`` is affine in the consecutive sizes ``xs`` (over more than RUN_MIN sizes)."""
-    if len(xs) <= RUN_MIN:
+    if len(xs) <= RUN_MIN or xs[1] == xs[0]:
         return False
-    step = ys[1] - ys[0]
-    return all(b - a == step for a, b in zip(ys, ys[1:]))
+    # (the sizes are consecutive along most axes; a head count swept over its ratios doubles)
+    dx, dy = xs[1] - xs[0], ys[1] - ys[0]
+    return all((y - ys[0]) * dx == dy * (x - xs[0]) for x, y in zip(xs, ys))
 
 
 def _cdiv_like(xs: list[int], ys: tuple[int, ...]) -> Callable[[int], int] | None:
@@ -275,7 +285,7 @@ def _doubling(a, b, c) -> bool:
 
 
 def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: Lookup, top: int,
-                    high: int) -> list[Boundary]:
+                    high: int, budget: int = BOUNDARY_BUDGET) -> list[Boundary]:
     """Past the exhaustive range: each sampled size must launch as the last configuration
     predicts; one that does not is located by bisection, then the sizes after it are
     surveyed (:data:`WINDOW` of them) and predicted anew, up to the budget."""
@@ -303,7 +313,7 @@ def _beyond_changes(dim: str, exhaustive: list[int], beyond: list[int], lookup: 
                     lo = mid
             out.append(Boundary(dim, hi, "the launch leaves the rule it followed up to "
                                          f"{dim} = {lo}"))
-            if hi > high or len(out) > BOUNDARY_BUDGET:
+            if hi > high or len(out) > budget:
                 return out
             window = list(range(hi, min(hi + WINDOW, top) + 1))
             out += [b for b in _changes(dim, window, lookup) if b.value != hi]
@@ -384,15 +394,21 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
             return got
         out.boundaries += got.boundaries
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
-    if len(unique) > BOUNDARY_BUDGET:
-        return _too_many(unique)
+    if len(unique) > budget_of(plan):
+        return _too_many(unique, budget_of(plan))
     out.boundaries = unique
     return out
 
 
-def _too_many(found: list[Boundary]) -> Findings:
+def budget_of(plan: list[dict]) -> int:
+    """Changes one evaluation judges: :data:`BOUNDARY_BUDGET`, or what the plan's axes say
+    (the sequences layout's six axes: :mod:`tik_agent.judge.config_sequences`)."""
+    return max([int(a.get("budget", BOUNDARY_BUDGET)) for a in plan] or [BOUNDARY_BUDGET])
+
+
+def _too_many(found: list[Boundary], budget: int = BOUNDARY_BUDGET) -> Findings:
     unique = sorted({(b.dim, b.value): b for b in found}.values(), key=lambda b: (b.dim, b.value))
     shown = ", ".join(f"{b.dim} = {b.value}" for b in unique[:6])
     return Findings(refusal=f"the launch changes at {len(unique)} sizes that follow no rule ({shown}, ...): "
-                            f"more than the {BOUNDARY_BUDGET} an evaluation judges")
+                            f"more than the {budget} an evaluation judges")
 

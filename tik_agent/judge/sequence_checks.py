@@ -22,7 +22,7 @@ from __future__ import annotations
 from tik_agent.judge.bitcheck import CaseFailure, Check, check_output, same_bits
 from tik_agent.sandbox.wire import as_outputs
 from tik_agent.spec.layouts import BLOCKS_DIM
-from tik_agent.spec.sequences import Launch, describe, full_launch, owned_slots, placement, probe_launches
+from tik_agent.spec.sequences import Launch, case_launch, describe, owned_slots, placement, probe_launches
 
 
 def judge_probes(spec, case, out) -> None:
@@ -34,7 +34,7 @@ def judge_probes(spec, case, out) -> None:
     outputs = {"full": out.full, **out.probes}
     known: dict[tuple[int, int], tuple[str, int]] = {}
     chunks_seen: dict[tuple[int, int, int], tuple[str, object]] = {}
-    for launch in [full_launch(spec, case.m, case.dims), *probe_launches(spec, case)]:
+    for launch in [case_launch(spec, case), *probe_launches(spec, case)]:
         what = describe(launch)
         if launch.label not in outputs:
             raise CaseFailure(Check.INVARIANCE, f"{what}: no output came back")

@@ -11,13 +11,13 @@ from __future__ import annotations
 from tik_agent.bits import digest
 from tik_agent.sandbox import launches
 from tik_agent.sandbox.wire import CaseOutputs
-from tik_agent.spec.sequences import build_launch, full_launch, probe_launches
+from tik_agent.spec.sequences import build_launch, case_launch, probe_launches
 
 
 def run_sequence_case(runner, case) -> CaseOutputs:
     """``runner`` is the :class:`~tik_agent.sandbox.harness.Runner` calling the entry."""
     spec = runner.spec
-    inputs = build_launch(spec, case, full_launch(spec, case.m, case.dims), runner.device)
+    inputs = build_launch(spec, case, case_launch(spec, case), runner.device)
     probes = {}
     with launches.recording() as rec:
         full = runner.call(case, inputs, 0)

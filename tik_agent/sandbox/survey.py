@@ -128,9 +128,10 @@ class _Inputs:
         self.axis, self.device = axis, axis["device"]
         m, dims = configs.point_of(axis, int(axis["values"][0]) if axis["values"] else 1)
         case = Case(m, dims, axis["dtype"], "normal", 0)
+        self.spec = spec
         self.declared = [(inp.shape, getattr(torch, case.dtype_of(inp.name, inp.dtype)))
                          for inp in spec.checked_inputs]
-        self.cap = configs.BYTE_CAP.get(self.device, configs.BYTE_CAP["cuda"])
+        self.cap = axis.get("byte_cap") or configs.BYTE_CAP.get(self.device, configs.BYTE_CAP["cuda"])
 
     def at(self, value: int) -> list | None:
         """Unwritten tensors of the sizes at ``value``; None past the byte cap."""
@@ -142,10 +143,25 @@ class _Inputs:
 
         import torch
 
-        shapes = [(resolve_shape(shape, m, dims), dt) for shape, dt in self.declared]
+        if self.spec.layout == "sequences":
+            shapes = [(shape, dt) for shape, (_, dt) in zip(_sequence_shapes(self.spec, m, dims), self.declared)]
+        else:
+            shapes = [(resolve_shape(shape, m, dims), dt) for shape, dt in self.declared]
         if sum(math.prod(shape) * dt.itemsize for shape, dt in shapes) > self.cap:
             return None
         return [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in shapes]
+
+
+def _sequence_shapes(spec: KernelSpec, m: int, dims: dict) -> list[tuple[int, ...]]:
+    """The input shapes of the uniform full launch of ``m`` sequences at ``dims``: what a
+    parity case with ``uniform`` builds (:func:`tik_agent.spec.sequences.survey_sizes`)."""
+    from tik_agent.spec.layouts import BLOCKS_DIM, TOKENS_DIM
+    from tik_agent.spec.sequences import survey_sizes
+
+    sizes = survey_sizes(spec, m, dims)
+    index = {"cu_seqlens": (m + 1,), "seq_lens": (m,), "block_table": (m, sizes["width"])}
+    at = {**dims, TOKENS_DIM: sizes["tokens"], BLOCKS_DIM: sizes["blocks"]}
+    return [index[inp.role] if inp.role in index else resolve_shape(inp.shape, m, at) for inp in spec.checked_inputs]
 
 
 def survey_call(entry: Callable, kwargs, inputs: _Inputs, value: int | tuple[int, dict]) -> tuple[object, tuple[int, ...]]:

@@ -71,6 +71,9 @@ class Case:
     # The full batch runs once (no determinism run): a domain case about one axis, where
     # parity with the seed already rejects unwritten (poisoned) elements.  Not in the id.
     once: bool = field(default=False, compare=False)
+    # The sequences layout: every sequence with context L and min(Q, L) new tokens (the
+    # configuration survey's points, :func:`tik_agent.spec.sequences.lengths`), not drawn lengths.
+    uniform: bool = False
 
     @property
     def runs_once(self) -> bool:
@@ -88,7 +91,7 @@ class Case:
         parts = [f":{self.layout}"] if self.layout else []
         parts += [f":{k}={v}" for k, v in sorted(self.dtypes.items())]
         parts += [f":{k}={v!r}" for k, v in sorted(self.kwargs.items())]
-        return "".join(parts) + (":special" if self.special else "")
+        return "".join(parts) + (":special" if self.special else "") + (":uniform" if self.uniform else "")
 
     def to_dict(self) -> dict:
         return {
@@ -96,7 +99,7 @@ class Case:
             "seed": self.seed, "invariance": self.invariance, "subbatches": self.subbatches,
             "hidden": self.hidden, "rows_sample": self.rows_sample, "origin": self.origin,
             "layout": self.layout, "dtypes": dict(self.dtypes), "kwargs": dict(self.kwargs), "special": self.special,
-            "once": self.once,
+            "once": self.once, "uniform": self.uniform,
         }
 
     @classmethod
@@ -105,7 +108,7 @@ class Case:
                    bool(d["invariance"]), int(d["subbatches"]), bool(d.get("hidden", False)),
                    int(d.get("rows_sample", 0)), str(d.get("origin", "grid")), str(d.get("layout", "")),
                    dict(d.get("dtypes", {})), dict(d.get("kwargs", {})), bool(d.get("special", False)),
-                   bool(d.get("once", False)))
+                   bool(d.get("once", False)), bool(d.get("uniform", False)))
 
     def dtype_of(self, name: str, declared: str) -> str:
         """The dtype of an input (or of the gradient of one) named ``name`` in this case."""

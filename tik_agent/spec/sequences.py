@@ -78,8 +78,12 @@ def _seed_of(*parts) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> list[tuple[int, int]]:
+def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int], uniform: bool = False) -> list[tuple[int, int]]:
     """(context length, new tokens) per sequence, a function of the shape only.
+
+    ``uniform``: every sequence has the context ``L`` and ``min(Q, L)`` new tokens, so
+    that the sizes a launcher sees (tokens, block-table width, cache blocks) follow
+    the shape in a plain way (:func:`survey_sizes`): the configuration survey's points.
 
     The first sequence has the whole context ``L`` (a long-context decode in
     every mix); the others' are drawn from [ceil(L/2), L].  With ``Q == 1`` every sequence
@@ -92,6 +96,8 @@ def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> list[tuple[int
 
     seq = spec.sequences
     top, chunk = dims[seq.context], dims[seq.chunk]
+    if uniform:
+        return [(top, min(chunk, top))] * m
     gen = torch.Generator().manual_seed(_seed_of("lengths", m, sorted(dims.items())))
     out = []
     for i in range(m):
@@ -107,8 +113,23 @@ def lengths(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> list[tuple[int
     return out
 
 
-def full_launch(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> Launch:
-    return Launch("full", tuple(Chunk(i, length - new, length) for i, (length, new) in enumerate(lengths(spec, m, dims))))
+def full_launch(spec: KernelSpec, m: int, dims: Mapping[str, int], uniform: bool = False) -> Launch:
+    return Launch("full", tuple(Chunk(i, length - new, length)
+                                for i, (length, new) in enumerate(lengths(spec, m, dims, uniform))))
+
+
+def case_launch(spec: KernelSpec, case) -> Launch:
+    """The full launch of ``case``: the one parity is judged on."""
+    return full_launch(spec, case.m, case.dims, case.uniform)
+
+
+def survey_sizes(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> dict[str, int]:
+    """What a launcher sees of the uniform full launch of ``m`` sequences at ``dims``
+    (:func:`placement` of launch 0): new tokens, block-table width and cache blocks."""
+    seq = spec.sequences
+    top, page = dims[seq.context], dims[seq.page]
+    owned = -(-top // page)
+    return {"tokens": m * min(dims[seq.chunk], top), "width": owned + 1, "blocks": m * owned + SPARE_BLOCKS}
 
 
 def positions(spec: KernelSpec, case, seq: int, inp, begin: int, end: int):
@@ -210,7 +231,7 @@ def build_launch(spec: KernelSpec, case, launch: Launch, device: str = "cpu") ->
 
 
 def lengths_of(spec: KernelSpec, case) -> list[tuple[int, int]]:
-    return lengths(spec, case.m, case.dims)
+    return lengths(spec, case.m, case.dims, case.uniform)
 
 
 def token_count(spec: KernelSpec, case) -> int:
@@ -226,7 +247,7 @@ def probe_launches(spec: KernelSpec, case) -> list[Launch]:
     """
     import torch
 
-    full = full_launch(spec, case.m, case.dims)
+    full = case_launch(spec, case)
     m = len(full.chunks)
     gen = torch.Generator().manual_seed(_seed_of("probes", case.id, case.seed))
     out = [Launch(f"alone:{c.seq}", (c,), placement=1 + c.seq) for c in full.chunks] if m > 1 else []
@@ -289,7 +310,7 @@ def hidden_dims(spec: KernelSpec, dims: Mapping[str, int]) -> dict[str, int]:
 
 def make_inputs(spec: KernelSpec, case, device: str = "cpu") -> list:
     """The inputs of a case's full launch (what parity with the seed is judged on)."""
-    return build_launch(spec, case, full_launch(spec, case.m, case.dims), device)
+    return build_launch(spec, case, case_launch(spec, case), device)
 
 
 def edge_dims(spec: KernelSpec, spans: Mapping, device: str) -> list[dict[str, int]]:

@@ -1,0 +1,107 @@
+"""The configuration survey's axes in the ``sequences`` layout (attention).
+
+A launcher of this layout sees no lengths (it may not read an element): it sees the
+number of sequences, the packed new tokens, the block table's width, the cache's
+blocks and page size, and the head counts.  Each survey point is the *uniform* full
+launch of ``m`` sequences at some dims (every sequence with context ``L`` and
+``min(Q, L)`` new tokens: :func:`tik_agent.spec.sequences.survey_sizes`), which a
+parity case with ``uniform`` rebuilds exactly, so a change the survey finds is judged
+at the very launch that showed it.
+
+One axis per dimension of the domain that is a range, swept as the rows layout's are
+(:mod:`tik_agent.judge.configs`), with the others at values drawn from the spec's
+grid.  Some axes carry another dimension with them (``tied``), so that what moves
+along the axis is one size a launcher sees and not several at once:
+
+* the chunk ``Q`` takes the context up to it (``L = max(L, Q)``): every token is new,
+  and the tokens grow with ``Q`` alone;
+* the page size ``P`` takes the context with it (``L = k * P``): the block table's
+  width and the cache's blocks stay fixed while the page grows;
+* the divisor of a ratio (``Hkv`` under ``Hq = r * Hkv``) takes the other with it, at
+  the base's ratio; the ratio's own dimension (``Hq``) is swept over its allowed
+  ratios, its divisor at its smallest.
+
+What stays open: combinations of sizes (the rows layout's points of combined sizes
+and far points are not drawn here), and launches of drawn lengths, which the grid's
+cases and the invariance probes judge where they land.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tik_agent.spec.cases import largest_batch
+from tik_agent.spec.fields import BATCH_DIM
+from tik_agent.spec.schema import KernelSpec
+
+# Sequences of a sweep along another dimension (drawn per evaluation): each is a parity
+# case's worth of launches under the interpreter.
+SURVEY_SEQUENCES = (2, 4)
+# Changes one evaluation judges over the six axes.  The seed's own launch changes at 12
+# points: its backward compiles one kernel per head-group size (6 along Hq), and the
+# grid's and the block table's first steps along each other axis.
+BUDGET = 20
+# Inputs of one survey call on the CPU.  A launcher here may write what it allocates (the
+# seed's backward zeroes whole cache gradients), so the rows layout's 4 GiB of address space
+# would cost seconds a call: past this, a point is not surveyed (configs.SKIPPED).
+CPU_BYTE_CAP = 64 << 20
+
+
+def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:
+    """One axis per range of the domain, the sequences first."""
+    from tik_agent.judge.configs import EXHAUSTIVE, _beyond
+    from tik_agent.spec.cases import MAX_BATCH
+
+    domain, names = spec.domain, spec.sequences
+    base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
+    m = rng.randint(*SURVEY_SEQUENCES)
+    over = {o: (name, allowed) for name, (o, allowed) in domain.ratios.items()}
+    axes = []
+    for name, span in sorted(domain.dims.items(), key=lambda kv: kv[0] != BATCH_DIM):
+        if span.values:  # a list of values: the edge cases judge each one
+            continue
+        low, high, top = int(span.low), int(span.judged_high(device)), int(span.high)
+        tied: dict[str, list] = {}
+        if name == BATCH_DIM:
+            # On the CPU a batch entry is a whole sequence: as many as the grid's and the
+            # workload's largest batch and one more (literal and drawn sizes stop there too).
+            high = largest_batch(spec, device) + 1 if device == "cpu" else min(high, MAX_BATCH.get(device, high))
+        elif name in domain.ratios:  # over its ratios, the divisor at its smallest (the cheapest cases)
+            divisor, allowed = domain.ratios[name]
+            least = int(domain.dims[divisor].low)
+            tied[divisor] = ["fixed", least]
+            values = sorted({least * r for r in allowed} & set(range(low, high + 1)))
+            top = high
+        else:
+            if name == names.chunk:
+                tied[names.context] = ["at_least", 1]
+            elif name == names.page:
+                context = domain.dims[names.context]
+                blocks = max(1, min(base[names.context] // base[name], int(context.judged_high(device)) // high))
+                tied[names.context] = ["times", blocks]
+                top = min(top, int(context.high) // blocks)
+            elif name in over:
+                other, _ = over[name]
+                ratio = max(1, base[other] // base[name])
+                tied[other] = ["times", ratio]
+                high = min(high, int(domain.dims[other].judged_high(device)) // ratio)
+                top = min(top, int(domain.dims[other].high) // ratio)
+        if name in domain.ratios:
+            exhaustive = high
+        else:  # every size up to EXHAUSTIVE, then sampled up to the domain's end (as the rows layout)
+            exhaustive = min(high, EXHAUSTIVE)
+            values = list(range(low, exhaustive + 1)) + _beyond(exhaustive, top, rng)
+        if not values:
+            continue
+        axes.append({"dim": name, "m": m, "dims": base, "dtype": dtype, "values": values, "tied": tied,
+                     "exhaustive": exhaustive, "high": high, "top": top, "device": device, "budget": BUDGET,
+                     **({"byte_cap": CPU_BYTE_CAP} if device == "cpu" else {})})
+    return axes
+
+
+def tie(axis: dict, dims: dict, value: int) -> dict:
+    """``dims`` with the dimensions the axis carries along set for ``value``."""
+    for other, (how, factor) in (axis.get("tied") or {}).items():
+        dims[other] = (max(int(dims[other]), value) if how == "at_least" else int(factor) if how == "fixed"
+                       else value * int(factor))
+    return dims
