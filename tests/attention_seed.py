@@ -73,22 +73,27 @@ CONTROLS = {
     ],
     # the KV tile follows the batch: a sequence alone is walked in tiles twice as long
     "tile-follows-batch": [
-        ("PAGE=page, HEAD_DIM=D, TILE=TILE,", "PAGE=page, HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,"),
+        ("        q, out, out, out,  # the backward's pointers, unused by the forward\n        HEAD_DIM=D, TILE=TILE,",
+         "        q, out, out, out,  # the backward's pointers, unused by the forward\n"
+         "        HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,"),
     ],
     # a separate decode path: launches of decodes only take another tile size
     "separate-decode-path": [
-        ("PAGE=page, HEAD_DIM=D, TILE=TILE,", "PAGE=page, HEAD_DIM=D, TILE=TILE if T > num_seqs else TILE // 2,"),
+        ("        q, out, out, out,  # the backward's pointers, unused by the forward\n        HEAD_DIM=D, TILE=TILE,",
+         "        q, out, out, out,  # the backward's pointers, unused by the forward\n"
+         "        HEAD_DIM=D, TILE=TILE if T > num_seqs else TILE // 2,"),
     ],
     # the first page of every sequence but the first is read from the previous sequence's row
     "reads-other-sequence": [
-        ("page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0)",
-         "page = tl.load(bt_ptr + tl.where((j < PAGE) & (seq > 0), seq - 1, seq) * stride_bt + j // PAGE, mask=j < hi, other=0)"),
+        ("page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0)",
+         "page = tl.load(bt_ptr + tl.where((j < page_size) & (seq > 0), seq - 1, seq) * stride_bt + j // page_size,"
+         " mask=j < hi, other=0)"),
     ],
     # the last new token also attends to the slot just past the context: the tail of
     # its last block, or a padding column of the block table
     "padding-dependent": [
-        ("page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0)",
-         "page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j <= hi, other=0)"),
+        ("page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0)",
+         "page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j <= hi, other=0)"),
         ("        sees = row_ok[:, None] & (j[None, :] <= pos[:, None])\n",
          "        sees = row_ok[:, None] & ((j[None, :] <= pos[:, None]) | ((j[None, :] == seq_len) & (pos == seq_len - 1)[:, None]))\n"),
         ("    for start in range(0, hi, TILE):", "    for start in range(0, hi + 1, TILE):"),
@@ -151,16 +156,16 @@ BACKWARD_CONTROLS = {
     ],
     # dq (and the statistics dk/dv reuse) walked in other tiles for a sequence alone
     "dq-tile-follows-batch": [
-        ("        do, m, l, delta,\n        PAGE=page, HEAD_DIM=D, TILE=TILE,",
-         "        do, m, l, delta,\n        PAGE=page, HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,"),
+        ("        do, m, l, delta,\n        HEAD_DIM=D, TILE=TILE,",
+         "        do, m, l, delta,\n        HEAD_DIM=D, TILE=TILE if num_seqs > 1 else 2 * TILE,"),
     ],
     # the tail of a sequence's last block (slots it does not own) gets a constant
     # instead of zeros: deterministic and the same in every launch, so only the
     # ownership rule can see it
     "unowned-slots-nonzero": [
-        ("    page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=owned, other=0).to(tl.int64)\n",
-         "    tail = j < (seq_len + PAGE - 1) // PAGE * PAGE\n"
-         "    page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=tail, other=0).to(tl.int64)\n"),
+        ("    page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=owned, other=0).to(tl.int64)\n",
+         "    tail = j < (seq_len + page_size - 1) // page_size * page_size\n"
+         "    page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=tail, other=0).to(tl.int64)\n"),
         ("    tl.store(dk_ptr + slot[:, None] + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=owned[:, None])",
          "    tl.store(dk_ptr + slot[:, None] + d[None, :], tl.where(owned[:, None], dk, 0.25).to(dk_ptr.dtype.element_ty),"
          " mask=tail[:, None])"),

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import random
 
-from tik_agent.spec.cases import largest_batch
+from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond
+from tik_agent.spec.cases import MAX_BATCH, largest_batch
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
 
@@ -45,13 +46,13 @@ BUDGET = 20
 # seed's backward zeroes whole cache gradients), so the rows layout's 4 GiB of address space
 # would cost seconds a call: past this, a point is not surveyed (configs.SKIPPED).
 CPU_BYTE_CAP = 64 << 20
+# Batches surveyed one by one: past the few a CPU evaluation judges (a change there is a
+# refusal), so that a grid of ``T // BLOCK_Q + M`` is told from a line before the samples.
+BATCH_PREDICTED = 64
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:
     """One axis per range of the domain, the sequences first."""
-    from tik_agent.judge.configs import EXHAUSTIVE, _beyond
-    from tik_agent.spec.cases import MAX_BATCH
-
     domain, names = spec.domain, spec.sequences
     base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
     m = rng.randint(*SURVEY_SEQUENCES)
@@ -89,8 +90,9 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
         if name in domain.ratios:
             exhaustive = high
         else:  # every size up to EXHAUSTIVE, then sampled up to the domain's end (as the rows layout)
-            exhaustive = min(high, EXHAUSTIVE)
-            values = list(range(low, exhaustive + 1)) + _beyond(exhaustive, top, rng)
+            # (the batch on the CPU: past the few judged, enough sizes to tell a floor from a line)
+            exhaustive = min(max(high, BATCH_PREDICTED) if name == BATCH_DIM else high, EXHAUSTIVE, top)
+            values = list(range(low, exhaustive + 1)) + beyond(exhaustive, top, rng)
         if not values:
             continue
         axes.append({"dim": name, "m": m, "dims": base, "dtype": dtype, "values": values, "tied": tied,
@@ -98,10 +100,3 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
                      **({"byte_cap": CPU_BYTE_CAP} if device == "cpu" else {})})
     return axes
 
-
-def tie(axis: dict, dims: dict, value: int) -> dict:
-    """``dims`` with the dimensions the axis carries along set for ``value``."""
-    for other, (how, factor) in (axis.get("tied") or {}).items():
-        dims[other] = (max(int(dims[other]), value) if how == "at_least" else int(factor) if how == "fixed"
-                       else value * int(factor))
-    return dims

@@ -31,21 +31,17 @@ bisection needs, and in the parent over the worker's record.
 from __future__ import annotations
 
 import json
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from tik_agent.spec.cases import MAX_BATCH
-from tik_agent.spec.fields import BATCH_DIM
+from tik_agent.judge.config_sequences import survey_plan as sequences_plan
+from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, point_of, rows_plan  # noqa: F401 - the survey's vocabulary
 from tik_agent.spec.schema import KernelSpec
 
-EXHAUSTIVE = 8193     # every size up to this (or the axis's judged end, if lower) is surveyed
-SAMPLES = 40          # sizes drawn per axis beyond it, log-uniform up to the domain's end
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
 RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
 BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
-SURVEY_ROWS = (8, 24)  # the batch of a survey along another dimension (drawn), and of its judged cases
 WINDOW = 256          # sizes surveyed one by one after a change past the exhaustive range
 
 SKIPPED = "skipped"   # the structure of a size whose inputs passed the byte cap (not called)
@@ -85,52 +81,9 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]
     """The axes of the survey: one per dimension of the domain (the batch first)."""
     from tik_agent.spec.domain_cases import _dtype
 
-    dtype = _dtype(spec)
     if spec.layout == "sequences":
-        from tik_agent.judge.config_sequences import survey_plan as sequences_plan
-
-        return sequences_plan(spec, device, rng, dtype)
-    # The other dimensions and the batch of a sweep along one: drawn, so that a launcher
-    # cannot switch on the values the survey holds them at.
-    base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
-    rows = rng.randint(*SURVEY_ROWS)
-    axes = []
-    for name, span in sorted(spec.domain.dims.items(), key=lambda kv: kv[0] != BATCH_DIM):
-        if span.values:  # a list of values: the edge cases judge each one
-            continue
-        low, top = int(span.low), int(span.high)
-        high = min(int(span.judged_high(device)), MAX_BATCH.get(device, MAX_BATCH["cuda"])) \
-            if name == BATCH_DIM else int(span.judged_high(device))
-        exhaustive = min(high, EXHAUSTIVE)
-        values = list(range(low, exhaustive + 1)) + _beyond(exhaustive, top, rng)
-        axes.append({"dim": name, "m": rows, "dims": base, "dtype": dtype, "values": values,
-                     "exhaustive": exhaustive, "high": high, "top": top, "device": device})
-    return axes
-
-
-def _beyond(start: int, top: int, rng: random.Random) -> list[int]:
-    """Sizes past the exhaustive range: every power of two and its neighbours, the end,
-    and :data:`SAMPLES` drawn log-uniform."""
-    if top <= start:
-        return []
-    out = {top}
-    for k in range(start.bit_length() - 1, top.bit_length()):
-        out.update(v for v in ((1 << k) - 1, 1 << k, (1 << k) + 1) if start < v <= top)
-    for _ in range(SAMPLES):
-        out.add(min(top, max(start + 1, int(math.exp(rng.uniform(math.log(start + 1), math.log(top + 1)))))))
-    return sorted(out)
-
-
-def point_of(axis: Mapping, value: int) -> tuple[int, dict]:
-    """(batch, dims) of the survey call at ``value`` along ``axis``."""
-    if axis["dim"] == BATCH_DIM:
-        return value, dict(axis["dims"])
-    dims = {**axis["dims"], axis["dim"]: value}
-    if axis.get("tied"):  # the sequences layout: dimensions an axis carries along
-        from tik_agent.judge.config_sequences import tie
-
-        tie(axis, dims, value)
-    return int(axis["m"]), dims
+        return sequences_plan(spec, device, rng, _dtype(spec))
+    return rows_plan(spec, device, rng, _dtype(spec))
 
 
 def analyse(axis: Mapping, lookup: Lookup) -> Findings:

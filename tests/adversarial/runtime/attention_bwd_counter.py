@@ -4,7 +4,6 @@ cell's shape (one sequence of 16 new tokens) and skips dk/dv on the 3rd and 4th:
 those gradients stay zero while the forward and dq keep their bits.  The parity
 calls at that shape come first, so only the digests of the timed training steps
 (compared with the seed's own worker) can see it."""
-
 import torch
 import triton
 import triton.language as tl
@@ -14,6 +13,7 @@ BLOCK_Q = 4
 HEADS_PER_PROGRAM = 2
 NUM_WARPS = 4
 BWD_BLOCK_Q = 4
+SEQ_CHUNK = 64  # sequences a program scans at a time to find its own
 
 
 @triton.jit
@@ -25,21 +25,26 @@ def _attention_kernel(
     stride_kb, stride_kp, stride_kh,
     stride_vb, stride_vp, stride_vh,
     stride_ot, stride_oh,
-    stride_bt,
+    stride_bt, page_size,
     do_ptr, m_ptr, l_ptr, delta_ptr,
-    PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
+    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_CHUNK: tl.constexpr,
     BACKWARD: tl.constexpr,
 ):
     # The forward; with BACKWARD the same program then walks its tiles again for dq
     # (written to o_ptr; do has q's strides) and keeps m, l and delta for dk/dv.
     pid = tl.program_id(0)
     # Which sequence this q-block belongs to: sequence s owns the programs from
-    # cu[s] // BLOCK_Q + s on (enough for its cdiv(q_len, BLOCK_Q) blocks).
-    seq_idx = tl.arange(0, SEQ_BLOCK)
-    seq_ok = seq_idx < num_seqs
-    firsts = tl.load(cu_ptr + seq_idx, mask=seq_ok, other=0) // BLOCK_Q + seq_idx
-    seq = tl.sum(((firsts <= pid) & seq_ok).to(tl.int32), axis=0) - 1
+    # cu[s] // BLOCK_Q + s on (enough for its cdiv(q_len, BLOCK_Q) blocks).  Counted
+    # SEQ_CHUNK sequences at a time: the compiled kernel is the same for every number
+    # of sequences, and the loads of one chunk do not wait on the last.
+    owners = tl.zeros((SEQ_CHUNK,), tl.int32)
+    for c0 in range(0, num_seqs, SEQ_CHUNK):
+        seq_idx = c0 + tl.arange(0, SEQ_CHUNK)
+        seq_ok = seq_idx < num_seqs
+        firsts = tl.load(cu_ptr + seq_idx, mask=seq_ok, other=0) // BLOCK_Q + seq_idx
+        owners += ((firsts <= pid) & seq_ok).to(tl.int32)
+    seq = tl.sum(owners, axis=0) - 1
     q_begin = tl.load(cu_ptr + seq)
     q_len = tl.load(cu_ptr + seq + 1) - q_begin
     seq_len = tl.load(lens_ptr + seq)
@@ -66,9 +71,9 @@ def _attention_kernel(
     hi = tl.maximum(hi, 0)
     for start in range(0, hi, TILE):
         j = start + tl.arange(0, TILE)
-        page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0).to(tl.int64)
+        page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
         sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-        k_off = (page * stride_kb + (j % PAGE) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
+        k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
         k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
         s = tl.sum(q[:, None, :] * k, axis=2)
         s = tl.where(sees, s, float("-inf"))
@@ -79,7 +84,7 @@ def _attention_kernel(
         p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)
         l_i = tl.where(active, l_i * alpha + tl.sum(p, axis=1), l_i)
 
-        v_off = (page * stride_vb + (j % PAGE) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
+        v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
         v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
         pv = tl.sum(p[:, :, None] * v, axis=1)
         acc = tl.where(active[:, None], acc * alpha[:, None] + pv, acc)
@@ -99,12 +104,12 @@ def _attention_kernel(
         dq = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
         for start in range(0, hi, TILE):
             j = start + tl.arange(0, TILE)
-            page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=j < hi, other=0).to(tl.int64)
+            page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
             sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-            k_off = (page * stride_kb + (j % PAGE) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
+            k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
             k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
             s = tl.sum(q[:, None, :] * k, axis=2)
-            v_off = (page * stride_vb + (j % PAGE) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
+            v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
             v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
             p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
             dp = tl.sum(do[:, None, :] * v, axis=2)
@@ -143,10 +148,10 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         out.stride(0), out.stride(1),
-        block_table.stride(0),
+        block_table.stride(0), page,
         q, out, out, out,  # the backward's pointers, unused by the forward
-        PAGE=page, HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_BLOCK=triton.next_power_of_2(num_seqs),
+        HEAD_DIM=D, TILE=TILE,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
@@ -160,8 +165,8 @@ def _attention_bwd_dkdv_kernel(
     stride_qt, stride_qh,
     stride_kb, stride_kp, stride_kh,
     stride_dot, stride_doh,
-    stride_bt,
-    PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
+    stride_bt, page_size,
+    HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
     BLOCK_Q: tl.constexpr, GROUP: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -175,8 +180,8 @@ def _attention_bwd_dkdv_kernel(
 
     j = start + tl.arange(0, TILE)
     owned = j < seq_len
-    page = tl.load(bt_ptr + seq * stride_bt + j // PAGE, mask=owned, other=0).to(tl.int64)
-    slot = page * stride_kb + (j % PAGE) * stride_kp + kv_head * stride_kh
+    page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=owned, other=0).to(tl.int64)
+    slot = page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh
     k = tl.load(k_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
     v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
 
@@ -243,10 +248,10 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         dq.stride(0), dq.stride(1),
-        block_table.stride(0),
+        block_table.stride(0), page,
         do, m, l, delta,
-        PAGE=page, HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_BLOCK=triton.next_power_of_2(num_seqs),
+        HEAD_DIM=D, TILE=TILE,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
@@ -261,8 +266,8 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         do.stride(0), do.stride(1),
-        block_table.stride(0),
-        PAGE=page, HEAD_DIM=D, TILE=TILE,
+        block_table.stride(0), page,
+        HEAD_DIM=D, TILE=TILE,
         BLOCK_Q=BWD_BLOCK_Q, GROUP=group,
         num_warps=NUM_WARPS,
     )
