@@ -23,7 +23,7 @@ from tik_agent.spec.cases import Case
 from tik_agent.spec.grid import evaluation_cases
 from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
-from tik_agent.spec.sequences import build_launch, case_launch, survey_sizes, token_count
+from tik_agent.spec.sequences import PAD, SPARE, build_launch, case_launch, survey_sizes, token_count
 
 SPEC = load_spec(BUNDLED_DIR / "attention")
 SWITCH = Path(__file__).parent / "adversarial" / "sequences" / "token_residue_switch.py"
@@ -48,12 +48,14 @@ def seed_findings():
     (3, {"Hq": 8, "Hkv": 1, "D": 128, "L": 17, "Q": 40, "P": 16}),
     (4, {"Hq": 2, "Hkv": 2, "D": 64, "L": 9, "Q": 1, "P": 3}),
 ])
-def test_a_uniform_case_builds_the_launch_the_survey_called(m, dims):
+@pytest.mark.parametrize("spare, pad", [(0, 0), (7, 3)])
+def test_a_uniform_case_builds_the_launch_the_survey_called(m, dims, spare, pad):
     """The mapping the whole layer stands on: the shapes the survey hands the launcher are
-    those of the parity case that judges the point."""
-    case = Case(m, dims, "float32", "normal", 5, uniform=True)
+    those of the parity case that judges the point (spare blocks and columns included)."""
+    case = Case(m, dims, "float32", "normal", 5, uniform=True, spare=spare, pad=pad)
     built = build_launch(SPEC, case, case_launch(SPEC, case))
-    assert [tuple(t.shape) for t in built] == [tuple(s) for s in _sequence_shapes(SPEC, m, dims)]
+    at = {**dims, SPARE: spare, PAD: pad}
+    assert [tuple(t.shape) for t in built] == [tuple(s) for s in _sequence_shapes(SPEC, m, at)]
     assert token_count(SPEC, case) == survey_sizes(SPEC, m, dims)["tokens"]
     drawn = Case(m, dims, "float32", "normal", 5)  # the grid's drawn lengths: another launch
     assert case.id != drawn.id and ":uniform" in case.id
@@ -61,10 +63,13 @@ def test_a_uniform_case_builds_the_launch_the_survey_called(m, dims):
 
 def test_the_plan_ties_the_sizes_a_launcher_sees():
     axes = {a["dim"]: a for a in configs.survey_plan(SPEC, "cpu", random.Random(0))}
-    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P"}  # D is a list of values: its edge cases
+    # D is a list of values (its edge cases judge each); the cache's spare blocks and the
+    # table's spare columns are swept too
+    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD}
     q = axes["Q"]
-    _, dims = configs.point_of(q, 100)
-    assert dims["Q"] == 100 and dims["L"] >= 100          # every token new: T grows with Q alone
+    m, dims = configs.point_of(q, 100)
+    assert dims["Q"] == 100 and dims["L"] >= 100 and m == 1  # every token new: T = Q, every count
+    assert configs.point_of(axes["Hkv"], 7)[1]["Hq"] == 7     # as many query heads as KV heads
     p = axes["P"]
     widths = {survey_sizes(SPEC, p["m"], configs.point_of(p, v)[1])["width"] for v in p["values"]}
     assert len(widths) == 1                                # the block table keeps its width along P
@@ -89,13 +94,13 @@ def test_the_seed_is_surveyed_and_its_own_changes_fit_the_budget(seed_findings):
 
 def test_a_launch_switch_on_the_packed_tokens_is_found_and_judged_where_it_switches(seed_findings):
     """token_residue_switch.py widens the KV tile where T % 89 == 61.  Along the chunk axis
-    (T = m * Q, every Q up to 128 surveyed) the survey sees another kernel variant, and a
+    (T = Q, every Q up to 128 surveyed) the survey sees another kernel variant, and a
     uniform case lands on it; a size sampled past what the CPU judges (a batch, T = 5 * M,
     or a chunk over 128) may land on it too, and then the candidate is refused outright."""
     for secret in (3, 11):
         axes, found, record = _findings(SWITCH, secret)
-        m = axes[0]["m"]
         chunk = next(a for a in axes if a["dim"] == "Q")
+        m = chunk["m"]  # one sequence: T = Q
         judged_part = dict(chunk, values=[v for v in chunk["values"] if v <= chunk["exhaustive"]])
         along = configs.analyse(judged_part, configs.decode(record)["Q"].get)
         hits = [b for b in along.boundaries if (m * b.value) % 89 == 61]
@@ -114,3 +119,56 @@ def test_a_launch_switch_on_the_packed_tokens_is_found_and_judged_where_it_switc
     _, seed, _ = seed_findings
     assert not [b for b in seed.boundaries if "variant" in b.why and b.dim == "Q"]
     assert not [c for c in evaluation_cases(SPEC, "cpu") if token_count(SPEC, c) % 89 == 61]
+
+
+def _sizes(case: Case) -> dict:
+    return survey_sizes(SPEC, case.m, {**case.dims, SPARE: case.spare, PAD: case.pad})
+
+
+@pytest.mark.parametrize("condition, fires", [
+    # a table wider than any the grid builds (a serving engine's max blocks per sequence)
+    ("block_table.shape[1] == 100", lambda c: _sizes(c)["width"] == 100),
+    # the red team's fingerprint: a cache with other spare blocks than every case had, and many tokens
+    ("k_cache.shape[0] != num_seqs * (block_table.shape[1] - 1) + 3 and T > 120",
+     lambda c: _sizes(c)["blocks"] != c.m * (_sizes(c)["width"] - 1) + 3 and _sizes(c)["tokens"] > 120),
+    # tokens no multiple of the survey's batch reaches (the context's and chunk's sweeps hold one sequence)
+    ("T % 2 == 1 and T % 3 != 0 and T % 5 != 0 and T > 120", lambda c: _sizes(c)["tokens"] in (121, 127)),
+    # head counts other than the ratios' (odd, and as many query heads as KV heads)
+    ("Hq == Hkv and Hq % 2 == 1 and Hq > 1", lambda c: c.dims["Hq"] == c.dims["Hkv"] and c.dims["Hq"] % 2 == 1),
+])
+def test_the_sizes_a_launcher_sees_are_each_surveyed(tmp_path, condition, fires):
+    """A helper's red team (2026-12-06) passed each of these: the packed tokens, the cache's
+    blocks, the table's width and the head counts were only surveyed in a few fixed patterns,
+    and every survey launch had exactly three spare blocks.  Each is now judged where it
+    fires, or refused where a sampled size past the judged ones lands on it."""
+    source = SWITCH.read_text()
+    switch = "if T % 89 == 61 else"
+    assert source.count(switch) == 1
+    path = tmp_path / "switch.py"
+    path.write_text(source.replace(switch, f"if {condition} else"))
+    axes, found, _ = _findings(path, 5)
+    if found.refusal is not None:
+        assert "changes at" in found.refusal and "beyond the largest" in found.refusal, found.refusal
+    else:
+        assert [c for c in boundary_cases(SPEC, axes, found, 5) if fires(c)], found.boundaries
+
+
+def test_a_survey_call_leaves_zeroed_allocations_unwritten(monkeypatch):
+    """No program runs in a survey call and its launcher cannot read an element, so the
+    seed's backward zeroing whole cache gradients would be time spent on nothing (seconds a
+    survey on the CPU); a judged call still gets zeros."""
+    import torch
+
+    from tik_agent.sandbox import hostops
+
+    routed = []
+    original = hostops._unzeroed
+    monkeypatch.setattr(hostops, "_unzeroed", lambda func: routed.append(str(func)) or original(func))
+    with hostops.watching(unwritten=True):
+        torch.zeros_like(torch.empty(8))
+        torch.zeros(3)
+    assert routed == ["aten.zeros_like.default", "aten.zeros.default"]
+    routed.clear()
+    with hostops.watching():  # a judged call: zeros are zeros
+        z = torch.zeros(1000)
+    assert not routed and torch.count_nonzero(z) == 0

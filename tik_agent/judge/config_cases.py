@@ -21,6 +21,7 @@ from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
 from tik_agent.spec.cases import Case
 from tik_agent.spec.schema import KernelSpec
+from tik_agent.spec.sequences import PAD, SPARE
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +150,10 @@ def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, s
         for value in ([max(before)] if before else []) + [b.value]:
             m, dims = configs.point_of(axis, value)
             uniform = spec.layout == "sequences"  # the very launch the survey saw (config_sequences)
+            geometry = {"spare": int(dims.pop(SPARE, 0)), "pad": int(dims.pop(PAD, 0))} if uniform else {}
             for _ in range(_cases_a_side(spec, axis["device"], m)):
                 case = Case(m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config", once=True,
-                            uniform=uniform)
+                            uniform=uniform, **geometry)
                 out.setdefault(case.id, (case, False))
     for point in found.joint:  # a combination of sizes no axis showed, or a far point: judged where it launches
         axis = plan[0]

@@ -18,8 +18,13 @@ along the axis is one size a launcher sees and not several at once:
 * the page size ``P`` takes the context with it (``L = k * P``): the block table's
   width and the cache's blocks stay fixed while the page grows;
 * the divisor of a ratio (``Hkv`` under ``Hq = r * Hkv``) takes the other with it, at
-  the base's ratio; the ratio's own dimension (``Hq``) is swept over its allowed
-  ratios, its divisor at its smallest.
+  the smallest ratio allowed (1: as many query heads as KV heads); the ratio's own
+  dimension (``Hq``) is swept over its allowed ratios, its divisor at its smallest;
+* the context's and the chunk's sweeps hold one sequence, so that the packed tokens
+  and the cache's blocks take every count along them.
+
+Every point has spare cache blocks and block-table columns drawn from the secret
+(``+spare``, ``+pad``: a parity case carries them), and two more axes sweep each.
 
 What stays open: combinations of sizes (the rows layout's points of combined sizes
 and far points are not drawn here), and launches of drawn lengths, which the grid's
@@ -34,6 +39,7 @@ from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond
 from tik_agent.spec.cases import MAX_BATCH, largest_batch
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
+from tik_agent.spec.sequences import PAD, SPARE
 
 # Sequences of a sweep along another dimension (drawn per evaluation): each is a parity
 # case's worth of launches under the interpreter.
@@ -42,19 +48,23 @@ SURVEY_SEQUENCES = (2, 4)
 # points: its backward compiles one kernel per head-group size (6 along Hq), and the
 # grid's and the block table's first steps along each other axis.
 BUDGET = 20
-# Inputs of one survey call on the CPU.  A launcher here may write what it allocates (the
-# seed's backward zeroes whole cache gradients), so the rows layout's 4 GiB of address space
-# would cost seconds a call: past this, a point is not surveyed (configs.SKIPPED).
-CPU_BYTE_CAP = 64 << 20
 # Batches surveyed one by one: past the few a CPU evaluation judges (a change there is a
 # refusal), so that a grid of ``T // BLOCK_Q + M`` is told from a line before the samples.
 BATCH_PREDICTED = 64
+# Spare cache blocks and block-table columns: drawn for every point up to these, swept one by
+# one up to GEOMETRY_JUDGED and sampled past it (an engine's cache holds many blocks no
+# sequence of the batch owns, and its table may be much wider than a batch needs).
+SPARE_DRAWN, PAD_DRAWN = 64, 16
+GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:
     """One axis per range of the domain, the sequences first."""
     domain, names = spec.domain, spec.sequences
     base = {name: int(rng.choice(values)) for name, values in sorted(spec.dims.items())}
+    # The cache geometry of every point, drawn: a launcher must not tell a survey's launch
+    # (or its boundary case) from an engine's by the blocks or columns it does not own.
+    base.update({SPARE: rng.randint(0, SPARE_DRAWN), PAD: rng.randint(0, PAD_DRAWN)})
     m = rng.randint(*SURVEY_SEQUENCES)
     over = {o: (name, allowed) for name, (o, allowed) in domain.ratios.items()}
     axes = []
@@ -81,9 +91,9 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
                 blocks = max(1, min(base[names.context] // base[name], int(context.judged_high(device)) // high))
                 tied[names.context] = ["times", blocks]
                 top = min(top, int(context.high) // blocks)
-            elif name in over:
-                other, _ = over[name]
-                ratio = max(1, base[other] // base[name])
+            elif name in over:  # the other at the smallest ratio (1: MHA), so every count is surveyed
+                other, allowed = over[name]
+                ratio = min(allowed)
                 tied[other] = ["times", ratio]
                 high = min(high, int(domain.dims[other].judged_high(device)) // ratio)
                 top = min(top, int(domain.dims[other].high) // ratio)
@@ -95,8 +105,15 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
             values = list(range(low, exhaustive + 1)) + beyond(exhaustive, top, rng)
         if not values:
             continue
-        axes.append({"dim": name, "m": m, "dims": base, "dtype": dtype, "values": values, "tied": tied,
-                     "exhaustive": exhaustive, "high": high, "top": top, "device": device, "budget": BUDGET,
-                     **({"byte_cap": CPU_BYTE_CAP} if device == "cpu" else {})})
+        # The context's and the chunk's sweeps hold one sequence, so that the packed tokens
+        # and the cache's blocks take every count along them (with m sequences, only multiples of m).
+        axes.append({"dim": name, "m": 1 if name in (names.context, names.chunk) else m, "dims": base, "dtype": dtype, "values": values, "tied": tied,
+                     "exhaustive": exhaustive, "high": high, "top": top, "device": device, "budget": BUDGET})
+    # The cache's blocks and the block table's width, each on its own.
+    for name, high in ((SPARE, GEOMETRY_JUDGED), (PAD, GEOMETRY_JUDGED)):
+        values = list(range(0, high + 1)) + beyond(high, GEOMETRY_TOP, rng)
+        axes.append({"dim": name, "m": m, "dims": base, "dtype": dtype, "values": values, "tied": {},
+                     "exhaustive": high, "high": GEOMETRY_TOP, "top": GEOMETRY_TOP, "device": device,
+                     "budget": BUDGET})
     return axes
 

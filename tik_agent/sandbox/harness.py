@@ -125,7 +125,7 @@ def guarded_call(entry: Callable, inputs: list, kwargs, which: int | None = 0):
     torch outside a Triton launch, and :class:`~tik_agent.sandbox.launches.LaunchCaughtError`
     when a launch raised and the entry went on."""
     launches.install()  # idempotent; the host-ops mode relies on its launch exemption
-    with poisoned_allocations(which), hostops.watching(), launches.judged():
+    with poisoned_allocations(which), hostops.watching(unwritten=which is None), launches.judged():
         return entry(*inputs, **dict(kwargs))
 
 

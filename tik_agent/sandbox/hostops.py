@@ -53,6 +53,18 @@ _VIEWS = frozenset(
 _METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "dim", "is_contiguous",
                        "stride", "size", "numel", "is_same_size"})
 ADMITTED = _ALLOCATION | _VIEWS | _METADATA
+# In a survey call no program runs and the launcher cannot read an element, so a zeroed
+# allocation is allocated and not written: the seed's attention backward zeroes whole cache
+# gradients, which cost the survey seconds on the CPU.
+_ZEROED = {"zeros": ("empty", "memory_format"), "zeros_like": ("empty_like", "default"),
+           "new_zeros": ("new_empty", "default")}
+
+
+def _unzeroed(func):
+    import torch
+
+    name, overload = _ZEROED[_packet(func)]
+    return getattr(getattr(torch.ops.aten, name), overload)
 
 
 class HostComputeError(RuntimeError):
@@ -63,6 +75,7 @@ class HostComputeError(RuntimeError):
 class _State(threading.local):
     exempt_depth: int = 0
     watching: int = 0  # depth of watching() on this thread
+    unwritten: int = 0  # depth of watching(unwritten=True): the survey, where nothing reads memory
     violations: list[str] = field(default_factory=list)
 
 
@@ -170,6 +183,8 @@ def _mode_class():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if _STATE.exempt_depth == 0 and not admitted(func):
                 refuse(outside(op_name(func)))
+            if _STATE.unwritten and _packet(func) in _ZEROED:
+                func = _unzeroed(func)
             return func(*args, **(kwargs or {}))
 
     return HostOpsMode
@@ -218,8 +233,9 @@ def _guard_undispatched_methods() -> None:
 
 
 @contextmanager
-def watching():
-    """Run the body under the host-ops mode; raise if it dispatched any forbidden op.
+def watching(unwritten: bool = False):
+    """Run the body under the host-ops mode; raise if it dispatched any forbidden op
+    (``unwritten``: a survey call, whose zeroed allocations are left unwritten).
 
     The check after the body catches a candidate that swallowed the exception
     raised at the op itself: the first violation is what the verdict reports,
@@ -228,11 +244,13 @@ def watching():
     _guard_undispatched_methods()
     before = len(_STATE.violations)
     _STATE.watching += 1
+    _STATE.unwritten += int(unwritten)
     try:
         with _mode_class()():
             yield
     finally:
         _STATE.watching -= 1
+        _STATE.unwritten -= int(unwritten)
         caught = _STATE.violations[before:]
         del _STATE.violations[before:]
         if caught:

@@ -74,6 +74,8 @@ class Case:
     # The sequences layout: every sequence with context L and min(Q, L) new tokens (the
     # configuration survey's points, :func:`tik_agent.spec.sequences.lengths`), not drawn lengths.
     uniform: bool = False
+    spare: int = 0  # a uniform case: cache blocks past the usual spare ones (spec.sequences.SPARE)
+    pad: int = 0    # a uniform case: block-table columns past the usual one (spec.sequences.PAD)
 
     @property
     def runs_once(self) -> bool:
@@ -91,7 +93,8 @@ class Case:
         parts = [f":{self.layout}"] if self.layout else []
         parts += [f":{k}={v}" for k, v in sorted(self.dtypes.items())]
         parts += [f":{k}={v!r}" for k, v in sorted(self.kwargs.items())]
-        return "".join(parts) + (":special" if self.special else "") + (":uniform" if self.uniform else "")
+        geometry = (f":spare{self.spare}" if self.spare else "") + (f":pad{self.pad}" if self.pad else "")
+        return "".join(parts) + (":special" if self.special else "") + (":uniform" if self.uniform else "") + geometry
 
     def to_dict(self) -> dict:
         return {
@@ -99,7 +102,7 @@ class Case:
             "seed": self.seed, "invariance": self.invariance, "subbatches": self.subbatches,
             "hidden": self.hidden, "rows_sample": self.rows_sample, "origin": self.origin,
             "layout": self.layout, "dtypes": dict(self.dtypes), "kwargs": dict(self.kwargs), "special": self.special,
-            "once": self.once, "uniform": self.uniform,
+            "once": self.once, "uniform": self.uniform, "spare": self.spare, "pad": self.pad,
         }
 
     @classmethod
@@ -108,7 +111,8 @@ class Case:
                    bool(d["invariance"]), int(d["subbatches"]), bool(d.get("hidden", False)),
                    int(d.get("rows_sample", 0)), str(d.get("origin", "grid")), str(d.get("layout", "")),
                    dict(d.get("dtypes", {})), dict(d.get("kwargs", {})), bool(d.get("special", False)),
-                   bool(d.get("once", False)), bool(d.get("uniform", False)))
+                   bool(d.get("once", False)), bool(d.get("uniform", False)), int(d.get("spare", 0)),
+                   int(d.get("pad", 0)))
 
     def dtype_of(self, name: str, declared: str) -> str:
         """The dtype of an input (or of the gradient of one) named ``name`` in this case."""

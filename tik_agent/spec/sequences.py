@@ -123,13 +123,20 @@ def case_launch(spec: KernelSpec, case) -> Launch:
     return full_launch(spec, case.m, case.dims, case.uniform)
 
 
+# The configuration survey's own sizes of a uniform launch, beside the spec's dims of a point:
+# cache blocks past those the sequences own and :data:`SPARE_BLOCKS`, and block-table columns
+# past a sequence's own and one (a parity case carries them as ``Case.spare`` and ``Case.pad``).
+SPARE, PAD = "+spare", "+pad"
+
+
 def survey_sizes(spec: KernelSpec, m: int, dims: Mapping[str, int]) -> dict[str, int]:
     """What a launcher sees of the uniform full launch of ``m`` sequences at ``dims``
     (:func:`placement` of launch 0): new tokens, block-table width and cache blocks."""
     seq = spec.sequences
     top, page = dims[seq.context], dims[seq.page]
     owned = -(-top // page)
-    return {"tokens": m * min(dims[seq.chunk], top), "width": owned + 1, "blocks": m * owned + SPARE_BLOCKS}
+    return {"tokens": m * min(dims[seq.chunk], top), "width": owned + 1 + int(dims.get(PAD, 0)),
+            "blocks": m * owned + SPARE_BLOCKS + int(dims.get(SPARE, 0))}
 
 
 def positions(spec: KernelSpec, case, seq: int, inp, begin: int, end: int):
@@ -169,10 +176,12 @@ def placement(spec: KernelSpec, case, launch: Launch) -> Placement:
     page = case.dims[spec.sequences.page]
     gen = torch.Generator().manual_seed(_seed_of("placement", case.id, case.seed, launch.placement))
     owned = [-(-c.end // page) for c in launch.chunks]
-    num_blocks = sum(owned) + SPARE_BLOCKS + launch.placement % 3
+    # a uniform case's full launch: the spare blocks and columns the survey's point had
+    spare, pad = (case.spare, case.pad) if case.uniform and launch.label == "full" else (0, 0)
+    num_blocks = sum(owned) + SPARE_BLOCKS + launch.placement % 3 + spare
     physical = torch.randperm(num_blocks, generator=gen)
     # Spare columns, and every column past a sequence's own, point anywhere.
-    width = max(owned) + 1 + launch.placement % 2
+    width = max(owned) + 1 + launch.placement % 2 + pad
     table = torch.randint(0, num_blocks, (len(launch.chunks), width), generator=gen, dtype=torch.int64)
     blocks, taken = [], 0
     for row, n in enumerate(owned):
