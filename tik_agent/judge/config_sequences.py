@@ -44,8 +44,8 @@ from tik_agent.spec.sequences import PAD, SPARE
 # Sequences of a sweep along another dimension (drawn per evaluation): each is a parity
 # case's worth of launches under the interpreter.
 SURVEY_SEQUENCES = (2, 4)
-# Changes one evaluation judges over the six axes.  The seed's own launch changes at 12
-# points: its backward compiles one kernel per head-group size (6 along Hq), and the
+# Changes one evaluation judges over the eight axes.  The seed's own launch changes at 15 to
+# 17 points: its backward compiles one kernel per head-group size (6 along Hq), and the
 # grid's and the block table's first steps along each other axis.
 BUDGET = 20
 # Batches surveyed one by one: past the few a CPU evaluation judges (a change there is a
