@@ -44,8 +44,8 @@ from tik_agent.spec.sequences import PAD, SPARE
 # Sequences of a sweep along another dimension (drawn per evaluation): each is a parity
 # case's worth of launches under the interpreter.
 SURVEY_SEQUENCES = (2, 4)
-# Changes one evaluation judges over the eight axes.  The seed's own launch changes at 15 to
-# 17 points: its backward compiles one kernel per head-group size (6 along Hq), and the
+# Changes one evaluation judges over the eight axes.  The seed's own launch changes at 14 to
+# 16 points: its backward compiles one kernel per head-group size (6 along Hq), and the
 # grid's and the block table's first steps along each other axis.
 BUDGET = 20
 # Batches surveyed one by one: past the few a CPU evaluation judges (a change there is a
@@ -53,7 +53,9 @@ BUDGET = 20
 BATCH_PREDICTED = 64
 # Spare cache blocks and block-table columns: drawn for every point up to these, swept one by
 # one up to GEOMETRY_JUDGED and sampled past it (an engine's cache holds many blocks no
-# sequence of the batch owns, and its table may be much wider than a batch needs).
+# sequence of the batch owns, and its table may be much wider than a batch needs).  A change
+# past GEOMETRY_JUDGED is refused, as past any axis's judged end: its case would be a cache
+# of up to a million blocks.
 SPARE_DRAWN, PAD_DRAWN = 64, 16
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
 
@@ -113,7 +115,7 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
     for name, high in ((SPARE, GEOMETRY_JUDGED), (PAD, GEOMETRY_JUDGED)):
         values = list(range(0, high + 1)) + beyond(high, GEOMETRY_TOP, rng)
         axes.append({"dim": name, "m": m, "dims": base, "dtype": dtype, "values": values, "tied": {},
-                     "exhaustive": high, "high": GEOMETRY_TOP, "top": GEOMETRY_TOP, "device": device,
+                     "exhaustive": high, "high": high, "top": GEOMETRY_TOP, "device": device,
                      "budget": BUDGET})
     return axes
 

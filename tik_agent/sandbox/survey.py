@@ -131,7 +131,7 @@ class _Inputs:
         self.spec = spec
         self.declared = [(inp.shape, getattr(torch, case.dtype_of(inp.name, inp.dtype)))
                          for inp in spec.checked_inputs]
-        self.cap = axis.get("byte_cap") or configs.BYTE_CAP.get(self.device, configs.BYTE_CAP["cuda"])
+        self.cap = configs.BYTE_CAP.get(self.device, configs.BYTE_CAP["cuda"])
 
     def at(self, value: int) -> list | None:
         """Unwritten tensors of the sizes at ``value``; None past the byte cap."""
