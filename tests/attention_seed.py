@@ -52,9 +52,9 @@ CONTROLS = {
     "split-kv-decode": [
         ("    for start in range(0, hi, TILE):\n",
          "    split_at = tl.where(q_len == 1, (seq_len // 2) // TILE * TILE, -1)\n"
-         "    m_1 = tl.full((BLOCK_Q * HEADS,), float(\"-inf\"), tl.float32)\n"
-         "    l_1 = tl.zeros((BLOCK_Q * HEADS,), tl.float32)\n"
-         "    acc_1 = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)\n"
+         "    m_1 = tl.full((ROWS,), float(\"-inf\"), tl.float32)\n"
+         "    l_1 = tl.zeros((ROWS,), tl.float32)\n"
+         "    acc_1 = tl.zeros((ROWS, HEAD_DIM), tl.float32)\n"
          "    for start in range(0, hi, TILE):\n"
          "        restart = start == split_at\n"
          "        m_1 = tl.where(restart, m_i, m_1)\n"
@@ -85,15 +85,14 @@ CONTROLS = {
     ],
     # the first page of every sequence but the first is read from the previous sequence's row
     "reads-other-sequence": [
-        ("page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0)",
+        ("page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=loaded, other=0)",
          "page = tl.load(bt_ptr + tl.where((j < page_size) & (seq > 0), seq - 1, seq) * stride_bt + j // page_size,"
-         " mask=j < hi, other=0)"),
+         " mask=loaded, other=0)"),
     ],
     # the last new token also attends to the slot just past the context: the tail of
     # its last block, or a padding column of the block table
     "padding-dependent": [
-        ("page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0)",
-         "page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j <= hi, other=0)"),
+        ("        loaded = j < hi\n", "        loaded = j <= hi\n"),
         ("        sees = row_ok[:, None] & (j[None, :] <= pos[:, None])\n",
          "        sees = row_ok[:, None] & ((j[None, :] <= pos[:, None]) | ((j[None, :] == seq_len) & (pos == seq_len - 1)[:, None]))\n"),
         ("    for start in range(0, hi, TILE):", "    for start in range(0, hi + 1, TILE):"),
@@ -152,7 +151,7 @@ def small_attention_backward(dest: Path) -> Path:
 BACKWARD_CONTROLS = {
     # dk/dv of a sequence alone sum over query blocks twice as long
     "dkdv-block-follows-batch": [
-        ("BLOCK_Q=BWD_BLOCK_Q, GROUP=group,", "BLOCK_Q=BWD_BLOCK_Q if num_seqs > 1 else 2 * BWD_BLOCK_Q, GROUP=group,"),
+        ("BLOCK_Q=BWD_BLOCK_Q,\n", "BLOCK_Q=BWD_BLOCK_Q if num_seqs > 1 else 2 * BWD_BLOCK_Q,\n"),
     ],
     # dq (and the statistics dk/dv reuse) walked in other tiles for a sequence alone
     "dq-tile-follows-batch": [

@@ -65,14 +65,22 @@ def test_close_to_float64(kernel, mix, hkv, d):
         assert news[0] == 1 and 1 < news[1] <= 5 and news[2] > 5
 
 
-@pytest.mark.parametrize("dtype, splits", [
-    ("float32", (1,)), ("float32", (3, 16, 17)), ("bfloat16", (7,)), ("float16", (8, 9)), ("float16", (15,)),
+@pytest.mark.parametrize("dtype, splits, regime", [
+    ("float32", (1,), "normal"), ("float32", (3, 16, 17), "normal"), ("bfloat16", (7,), "normal"),
+    ("float16", (8, 9), "normal"), ("float16", (15,), "normal"),
+    # NaN and inf in q and the caches: a dot shares its k and v tiles between rows, and a
+    # row must not meet the non-finite entries of positions it does not see
+    ("float32", (3, 16, 17), "special"), ("bfloat16", (7,), "special"),
 ])
-def test_decode_chunks_and_forward_agree_bit_for_bit(kernel, dtype, splits):
+def test_decode_chunks_and_forward_agree_bit_for_bit(kernel, dtype, splits, regime):
     """A token decoded alone, inside prefill chunks split anywhere, and inside a
     full forward next to another sequence: the same bits."""
+    _decode_chunks_and_forward_agree(kernel, dtype, splits, regime)
+
+
+def _decode_chunks_and_forward_agree(kernel, dtype, splits, regime):
     dims = _dims(hkv=2, context=20, chunk=20)
-    case = Case(2, dims, dtype, "normal", 1)
+    case = Case(2, dims, dtype, regime, 1)
     length = lengths(SPEC, 2, dims)[0][0]
     forward = Launch("forward", (Chunk(0, 0, length), Chunk(1, 0, lengths(SPEC, 2, dims)[1][0])), placement=1)
     reference = _run(kernel, case, forward)
@@ -83,6 +91,50 @@ def test_decode_chunks_and_forward_agree_bit_for_bit(kernel, dtype, splits):
     for p in (0, splits[0], length - 1):
         decode = Launch("decode", (Chunk(0, p, p + 1),), placement=7 + p)
         assert_same_bits(reference[_rows(forward, decode.tokens)], _run(kernel, case, decode), f"decode of {p}")
+
+
+def test_a_dot_that_lets_unseen_infinities_in_is_caught(tmp_path):
+    """Negative control: without zeroing the v tile's non-finite entries, 0 * inf
+    in the tile's dot reaches the rows before an inf of their own sequence in a
+    prefill, not in their decode."""
+    from seedutil import copy_seed, edit
+
+    seed = copy_seed("attention", tmp_path)
+    edit(seed / "kernel.py", "        v = tl.where(_finite(v), v.to(tl.float32), 0.0).to(v.dtype)\n", "")
+    leaky = load_kernel(seed / "kernel.py", "leaky")
+    with pytest.raises(AssertionError, match="differ|mismatch|NaN|nan"):
+        _decode_chunks_and_forward_agree(leaky, "float32", (3, 16, 17), "special")
+
+
+def test_a_non_finite_query_or_gradient_poisons_only_the_slots_its_row_sees(kernel):
+    """dk and dv of a cache slot sum over the queries that see it: an inf in one
+    query's column d makes that column of dk NaN in the slots up to the query's
+    position, and every slot past it keeps finite gradients."""
+    dims = _dims(hkv=1, context=20, chunk=20)
+    case = Case(1, dims, "float32", "normal", 3)
+    launch = full_launch(SPEC, 1, dims)
+    inputs = build_launch(SPEC, case, launch)
+    n = len(SPEC.inputs)
+    q, do = inputs[0].clone(), inputs[n]
+    length, new = int(inputs[4][0]), q.shape[0]
+    t, d = new // 3, 5
+    pos = length - new + t
+    q[t, 0, d] = float("inf")
+    _, dk, dv = kernel.attention_backward(q, *inputs[1:n], do, scale=SCALE)
+    table, page = inputs[5][0].long(), dk.shape[1]
+    slots = torch.arange(length)
+    dk_seq, dv_seq = (g[table[slots // page], slots % page, 0] for g in (dk, dv))  # (positions, D)
+    assert torch.isnan(dk_seq[: pos + 1, d]).all()
+    assert torch.isfinite(dk_seq[pos + 1:]).all() and torch.isfinite(dv_seq[pos + 1:]).all()
+    assert pos + 1 < length
+    # The same for an inf in the upstream gradient: dv's column d, whose tile product
+    # would otherwise take the row's zeroed entry.
+    do = do.clone()
+    do[t, 0, d] = float("inf")
+    _, dk, dv = kernel.attention_backward(inputs[0], *inputs[1:n], do, scale=SCALE)
+    dk_seq, dv_seq = (g[table[slots // page], slots % page, 0] for g in (dk, dv))
+    assert torch.isnan(dv_seq[: pos + 1, d]).all()
+    assert torch.isfinite(dk_seq[pos + 1:]).all() and torch.isfinite(dv_seq[pos + 1:]).all()
 
 
 @pytest.mark.parametrize("block_q, heads, dtype", [(1, 1, "float32"), (16, 4, "float32"), (2, 1, "bfloat16"), (16, 4, "bfloat16")])

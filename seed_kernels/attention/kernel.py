@@ -19,43 +19,50 @@ KV tiles of ``TILE`` positions at fixed absolute positions ``[0, TILE)``,
 ``[TILE, 2 TILE)``, ... in ascending order, and only up to the tile holding its
 own position: no split-KV, and the tiles never depend on the page size, the
 number of sequences, the other sequences' lengths or where the token sits in
-the launch.  Per tile, in fp32: the score of position j is
-``tl.sum(q * scale * k_j)`` over the head dim (masked positions are -inf);
-the running maximum ``m`` and sum ``l`` and the accumulator ``acc`` are
-rescaled by ``exp(m_old - m_new)`` (an online softmax); the tile adds
-``tl.sum(p * v, axis=tile)``; the output is ``acc / l``, every NaN written as
-the one canonical NaN.  A tile that holds no
+the launch.  Every product of two tiles is one ``tl.dot`` of the inputs' own
+dtype (bf16 and fp16 tiles go to the tensor cores as they are; fp32 uses
+``input_precision="ieee"``) with fp32 accumulation, added to nothing: per tile
+the scores are ``tl.dot(q, k^T) * scale`` (positions the row may not see are
+-inf); the running maximum ``m`` and sum ``l`` (of the fp32 ``p``) and the
+accumulator ``acc`` are rescaled by ``exp(m_old - m_new)`` (an online softmax);
+the tile adds ``tl.dot(p, v)``, ``p`` rounded to v's dtype first; the output is
+``acc / l``, every NaN written as the one canonical NaN.  A tile that holds no
 position of the row leaves ``m``, ``l`` and ``acc`` untouched, so how many rows
-share a program (``BLOCK_Q`` tokens times ``HEADS_PER_PROGRAM`` heads) never
-reaches the bits.  ``TILE`` is therefore part of the numerics and fixed; the
-decode of one token, a prefill chunk and a full-sequence forward all go through
-this same loop.
+share a program (``BLOCK_Q`` tokens times ``HEADS_PER_PROGRAM`` query heads of
+one KV head) never reaches the bits.  ``TILE`` is therefore part of the
+numerics and fixed; the decode of one token, a prefill chunk and a
+full-sequence forward all go through this same loop.
 
-Every load is converted to fp32 straight away: softmax and accumulation are
-fp32 for fp32, bf16 and fp16 inputs (and the CPU interpreter's bf16 arithmetic
-is wrong).  Positions a row may not see are never loaded, so garbage, NaN or
-another sequence's data in cache slots it does not own cannot reach it.
+Non-finite values.  A dot shares its tiles between rows, so a position a row
+may not see is loaded (as 0 past the program's last position): its score is
+masked to -inf and its ``p`` is 0, but ``0 * inf`` would be NaN.  So the
+non-finite entries of the tile a dot multiplies by a masked operand (v in the
+forward; k, do and q in the backward) enter the dot as 0, and an output
+element whose row (or slot) meets a non-finite entry at a position it does see
+is NaN.  What a row sees decides its bits, never what sits beside it.  Under
+the CPU interpreter a dot is the project's ordered dot (the k-block summed in
+ascending order in fp32, then added): docs/cpu-interpreter.md says what that
+certifies and what only a GPU run can.
 
 Backward contract (``attention_backward``: dq, dk_cache, dv_cache): the
 forward's own program (``_attention_kernel`` with ``BACKWARD``) recomputes each
 (token, query head) row's ``m``, ``l`` and output ``o`` exactly as the forward
-does; ``delta = tl.sum(do * o)`` over the head dim.  A second walk over the
-same tiles gives ``p =
-exp(s - m) / l``, ``ds = p * (tl.sum(do * v) - delta)`` and ``dq += tl.sum(ds *
-k)`` tile by tile, ``dq * scale`` at the end: every row of dq is its own, so dq
-is batch invariant like the output.  dk and dv of a cache slot sum over the
+does; ``delta = tl.sum(do * o)`` over the head dim in fp32.  A second walk over
+the same tiles gives ``p = exp(s - m) / l``, ``dp = tl.dot(do, v^T)``, ``ds = p
+* (dp - delta)`` and ``dq += tl.dot(ds, k)`` tile by tile (``ds`` rounded to
+k's dtype), ``dq * scale`` at the end: every row of dq is its own, so dq is
+batch invariant like the output.  dk and dv of a cache slot sum over the
 queries of *its own sequence* that see it: one program per (sequence, KV tile
-of ``TILE`` positions, KV head) walks that sequence's new tokens in blocks of
-``BWD_BLOCK_Q`` tokens counted from its first new token (blocks that cannot
-see the tile add exact zeros and may be skipped), all query heads of the group
-side by side, and adds ``tl.sum(p * do)`` and ``tl.sum(ds * q * scale)`` over
-the block's rows, blocks in ascending order (``BWD_BLOCK_Q`` is part of the
-numerics and fixed, like ``TILE``).  The order depends on the
-sequence's own chunk only, never on the other sequences, the page size or
-where the blocks sit; slots no sequence owns get zeros.  Sequences must not
-share cache blocks (a trainer's never do).  Every product a row may not see
-is masked to zero before it is summed, so NaN or inf elsewhere cannot reach
-it.
+of ``TILE`` positions, KV head) walks the group's query heads in ascending
+order and, for each, that sequence's new tokens in blocks of ``BWD_BLOCK_Q``
+tokens counted from its first new token (blocks that cannot see the tile add
+exact zeros and may be skipped), adding ``tl.dot(p^T, do)`` to dv and
+``tl.dot(ds^T, q)`` to dk per block (``p`` and ``ds`` rounded to the inputs'
+dtype), ``dk * scale`` at the end.  ``BWD_BLOCK_Q`` is part of the numerics
+and fixed, like ``TILE``.  The order depends on the sequence's own chunk
+only, never on the other sequences, the page size or where the blocks sit;
+slots no sequence owns get zeros.  Sequences must not share cache blocks (a
+trainer's never do).
 """
 
 import torch
@@ -63,11 +70,33 @@ import triton
 import triton.language as tl
 
 TILE = 16
-BLOCK_Q = 4
+BLOCK_Q = 8
 HEADS_PER_PROGRAM = 2
 NUM_WARPS = 4
-BWD_BLOCK_Q = 4
+BWD_BLOCK_Q = 16
 SEQ_CHUNK = 64  # sequences a program scans at a time to find its own
+MIN_DOT = 16  # a dot's smallest side on a GPU: a program's rows are padded up to it
+NO_POSITION = tl.constexpr(2**31 - 1)  # "no position" for the per-column first non-finite entry
+
+
+@triton.jit
+def _finite(x):
+    """x's entries that are neither inf nor NaN (computed in fp32: the CPU
+    interpreter compares bf16 as raw bit patterns)."""
+    x32 = x.to(tl.float32)
+    return (x32 == x32) & (tl.abs(x32) != float("inf"))
+
+
+@triton.jit
+def _first_bad(first, x, j):
+    """Per column, the first position ``j`` (rows of ``x``) of a non-finite entry, or ``first``."""
+    return tl.minimum(first, tl.min(tl.where(_finite(x), NO_POSITION, j[:, None]), axis=0))
+
+
+@triton.jit
+def _last_bad(last, x, pos):
+    """Per column, the last position ``pos`` (rows of ``x``) of a non-finite entry, or ``last``."""
+    return tl.maximum(last, tl.max(tl.where(_finite(x), -1, pos[:, None]), axis=0))
 
 
 @triton.jit
@@ -82,7 +111,7 @@ def _attention_kernel(
     stride_bt, page_size,
     do_ptr, m_ptr, l_ptr, delta_ptr,
     HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_CHUNK: tl.constexpr,
+    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, ROWS: tl.constexpr, SEQ_CHUNK: tl.constexpr,
     BACKWARD: tl.constexpr,
 ):
     # The forward; with BACKWARD the same program then walks its tiles again for dq
@@ -105,31 +134,38 @@ def _attention_kernel(
     ctx_start = seq_len - q_len
     q_local = (pid - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
 
-    rows = tl.arange(0, BLOCK_Q * HEADS)
+    # Every row of a program reads the same KV head: program_id(1) picks the KV
+    # head and which HEADS of its group of query heads.
+    blocks_per_kv = (group + HEADS - 1) // HEADS
+    kv_head = tl.program_id(1) // blocks_per_kv
+    first_head = (tl.program_id(1) % blocks_per_kv) * HEADS
+    rows = tl.arange(0, ROWS)
     tok = q_local + rows // HEADS
-    head = tl.program_id(1) * HEADS + rows % HEADS
-    row_ok = (tok < q_len) & (head < num_heads)
+    in_group = first_head + rows % HEADS
+    head = kv_head * group + in_group
+    row_ok = (rows < BLOCK_Q * HEADS) & (tok < q_len) & (in_group < group) & (head < num_heads)
     pos = tl.where(row_ok, ctx_start + tok, -1)
-    kv_head = head // group
     d = tl.arange(0, HEAD_DIM)
 
     q_rows = q_ptr + (q_begin + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh
-    q = tl.load(q_rows + d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
-    q = q * scale
+    q = tl.load(q_rows + d[None, :], mask=row_ok[:, None], other=0.0)
 
-    m_i = tl.full((BLOCK_Q * HEADS,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_Q * HEADS,), tl.float32)
-    acc = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
+    m_i = tl.full((ROWS,), float("-inf"), tl.float32)
+    l_i = tl.zeros((ROWS,), tl.float32)
+    acc = tl.zeros((ROWS, HEAD_DIM), tl.float32)
+    # Per column, the first position whose v is not finite: the rows that see it get NaN.
+    v_bad = tl.full((HEAD_DIM,), NO_POSITION, tl.int32)
     # The last position any row of this program sees, plus one.
     hi = ctx_start + tl.minimum(q_local + BLOCK_Q, q_len)
     hi = tl.maximum(hi, 0)
     for start in range(0, hi, TILE):
         j = start + tl.arange(0, TILE)
-        page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
+        loaded = j < hi
+        page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=loaded, other=0).to(tl.int64)
         sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-        k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-        k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k, axis=2)
+        k_rows = (page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh)[:, None]
+        k = tl.load(k_ptr + k_rows + d[None, :], mask=loaded[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
         s = tl.where(sees, s, float("-inf"))
 
         active = row_ok & (start <= pos)
@@ -138,13 +174,16 @@ def _attention_kernel(
         p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)
         l_i = tl.where(active, l_i * alpha + tl.sum(p, axis=1), l_i)
 
-        v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-        v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        pv = tl.sum(p[:, :, None] * v, axis=1)
+        v_rows = (page * stride_vb + (j % page_size) * stride_vp + kv_head * stride_vh)[:, None]
+        v = tl.load(v_ptr + v_rows + d[None, :], mask=loaded[:, None], other=0.0)
+        v_bad = _first_bad(v_bad, v, j)
+        v = tl.where(_finite(v), v.to(tl.float32), 0.0).to(v.dtype)
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         acc = tl.where(active[:, None], acc * alpha[:, None] + pv, acc)
         m_i = m_new
 
     out = acc / l_i[:, None]
+    out = tl.where(pos[:, None] >= v_bad[None, :], float("nan"), out)
     # One NaN for every NaN: a NaN made by inf - inf takes its sign from the
     # code path that made it (numpy's vector or scalar loop under the
     # interpreter), which would let the rows per program reach the bits.
@@ -153,29 +192,37 @@ def _attention_kernel(
     if BACKWARD:
         t64 = (q_begin + tok).to(tl.int64)
         do = tl.load(do_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                     mask=row_ok[:, None], other=0.0).to(tl.float32)
-        delta = tl.sum(do * out, axis=1)
-        dq = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
+                     mask=row_ok[:, None], other=0.0)
+        delta = tl.sum(do.to(tl.float32) * out, axis=1)
+        dq = tl.zeros((ROWS, HEAD_DIM), tl.float32)
+        k_bad = tl.full((HEAD_DIM,), NO_POSITION, tl.int32)
         for start in range(0, hi, TILE):
             j = start + tl.arange(0, TILE)
-            page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
+            loaded = j < hi
+            page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=loaded, other=0).to(tl.int64)
             sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-            k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-            k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-            s = tl.sum(q[:, None, :] * k, axis=2)
-            v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-            v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
+            k_rows = (page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh)[:, None]
+            k = tl.load(k_ptr + k_rows + d[None, :], mask=loaded[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            v_rows = (page * stride_vb + (j % page_size) * stride_vp + kv_head * stride_vh)[:, None]
+            v = tl.load(v_ptr + v_rows + d[None, :], mask=loaded[:, None], other=0.0)
             p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
-            dp = tl.sum(do[:, None, :] * v, axis=2)
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
             ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-            dq += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * k, 0.0), axis=1)
-        dq = dq * scale
+            k_bad = _first_bad(k_bad, k, j)
+            k = tl.where(_finite(k), k.to(tl.float32), 0.0).to(k.dtype)
+            dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
+        dq = tl.where(pos[:, None] >= k_bad[None, :], float("nan"), dq * scale)
         out = tl.where(dq != dq, float("nan"), dq)
         stats = t64 * num_heads + head
         tl.store(m_ptr + stats, m_i, mask=row_ok)
         tl.store(l_ptr + stats, l_i, mask=row_ok)
         tl.store(delta_ptr + stats, delta, mask=row_ok)
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _rows(block_q, heads):
+    return max(MIN_DOT, triton.next_power_of_2(block_q * heads))
 
 
 def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
@@ -193,11 +240,12 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
                          f"{tuple(block_table.shape)} do not match {num_seqs} sequences")
     q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
     out = torch.empty((T, Hq, D), dtype=q.dtype, device=q.device)
-    grid = (T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))
+    group = Hq // Hkv
+    grid = (T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))
     _attention_kernel[grid](
         q, k_cache, v_cache, out,
         cu_seqlens_q, seq_lens, block_table,
-        scale, num_seqs, Hq, Hq // Hkv,
+        scale, num_seqs, Hq, group,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -205,7 +253,7 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         block_table.stride(0), page,
         q, out, out, out,  # the backward's pointers, unused by the forward
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
@@ -220,8 +268,7 @@ def _attention_bwd_dkdv_kernel(
     stride_kb, stride_kp, stride_kh,
     stride_dot, stride_doh,
     stride_bt, page_size,
-    HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, TILE: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):
     seq = tl.program_id(0)
     start = tl.program_id(1) * TILE
@@ -236,39 +283,50 @@ def _attention_bwd_dkdv_kernel(
     owned = j < seq_len
     page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=owned, other=0).to(tl.int64)
     slot = page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh
-    k = tl.load(k_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0)
+    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0)
 
     dk = tl.zeros((TILE, HEAD_DIM), tl.float32)
     dv = tl.zeros((TILE, HEAD_DIM), tl.float32)
-    rows = tl.arange(0, BLOCK_Q * GROUP)
-    head = kv_head * group + rows % GROUP
-    # Query blocks in ascending order.  Blocks whose tokens all sit before the
-    # tile see none of it and would add exact zeros: they are skipped, and so is
-    # every block of a tile past the sequence's end.
+    # Per column, the last position of a query (do) row that is not finite: the
+    # slots it sees, up to that position, get NaN.
+    q_bad = tl.full((HEAD_DIM,), -1, tl.int32)
+    do_bad = tl.full((HEAD_DIM,), -1, tl.int32)
+    rows = tl.arange(0, BLOCK_Q)
+    # The group's query heads in ascending order, and for each its query blocks in
+    # ascending order.  Blocks whose tokens all sit before the tile see none of it
+    # and would add exact zeros: they are skipped, and so is every block of a tile
+    # past the sequence's end.
     first = tl.maximum(start - ctx_start, 0) // BLOCK_Q * BLOCK_Q
     last = tl.where(start < seq_len, q_len, 0)
-    for qb in range(first, last, BLOCK_Q):
-        tok = qb + rows // GROUP
-        row_ok = (tok < q_len) & (rows % GROUP < group) & (head < num_heads)
-        pos = ctx_start + tok
-        t64 = (q_begin + tok).to(tl.int64)
-        q = tl.load(q_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                    mask=row_ok[:, None], other=0.0).to(tl.float32)
-        q = q * scale
-        do = tl.load(do_ptr + t64[:, None] * stride_dot + head[:, None] * stride_doh + d[None, :],
-                     mask=row_ok[:, None], other=0.0).to(tl.float32)
-        stats = t64 * num_heads + head
-        m_i = tl.load(m_ptr + stats, mask=row_ok, other=0.0)
-        l_i = tl.load(l_ptr + stats, mask=row_ok, other=1.0)
-        delta = tl.load(delta_ptr + stats, mask=row_ok, other=0.0)
-        sees = row_ok[:, None] & owned[None, :] & (j[None, :] <= pos[:, None])
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
-        p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
-        dv += tl.sum(tl.where(sees[:, :, None], p[:, :, None] * do[:, None, :], 0.0), axis=0)
-        dp = tl.sum(do[:, None, :] * v[None, :, :], axis=2)
-        ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-        dk += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * q[:, None, :], 0.0), axis=0)
+    for g in range(0, group):
+        head = kv_head * group + g
+        for qb in range(first, last, BLOCK_Q):
+            tok = qb + rows
+            row_ok = tok < q_len
+            pos = ctx_start + tok
+            t64 = (q_begin + tok).to(tl.int64)
+            q = tl.load(q_ptr + t64[:, None] * stride_qt + head * stride_qh + d[None, :],
+                        mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_ptr + t64[:, None] * stride_dot + head * stride_doh + d[None, :],
+                         mask=row_ok[:, None], other=0.0)
+            stats = t64 * num_heads + head
+            m_i = tl.load(m_ptr + stats, mask=row_ok, other=0.0)
+            l_i = tl.load(l_ptr + stats, mask=row_ok, other=1.0)
+            delta = tl.load(delta_ptr + stats, mask=row_ok, other=0.0)
+            sees = row_ok[:, None] & owned[None, :] & (j[None, :] <= pos[:, None])
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+            ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
+            do_bad = _last_bad(do_bad, do, pos)
+            q_bad = _last_bad(q_bad, q, pos)
+            do = tl.where(_finite(do), do.to(tl.float32), 0.0).to(do.dtype)
+            q = tl.where(_finite(q), q.to(tl.float32), 0.0).to(q.dtype)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
+    dk = tl.where(j[:, None] <= q_bad[None, :], float("nan"), dk * scale)
+    dv = tl.where(j[:, None] <= do_bad[None, :], float("nan"), dv)
     dk = tl.where(dk != dk, float("nan"), dk)
     dv = tl.where(dv != dv, float("nan"), dv)
     tl.store(dk_ptr + slot[:, None] + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=owned[:, None])
@@ -282,8 +340,6 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
     T, Hq, D = q.shape
     _, page, Hkv, _ = k_cache.shape
     group = Hq // Hkv
-    if triton.next_power_of_2(group) != group:
-        raise ValueError(f"attention_backward: Hq // Hkv = {group} must be a power of two")
     num_seqs = seq_lens.shape[0]
     q, k_cache, v_cache, do = q.contiguous(), k_cache.contiguous(), v_cache.contiguous(), do.contiguous()
     dq = torch.empty_like(q)
@@ -293,7 +349,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
     l = torch.empty_like(m)
     delta = torch.empty_like(m)
     # dq by the forward's own program, walking its tiles a second time.
-    _attention_kernel[(T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))](
+    _attention_kernel[(T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))](
         q, k_cache, v_cache, dq,
         cu_seqlens_q, seq_lens, block_table,
         scale, num_seqs, Hq, group,
@@ -304,7 +360,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         block_table.stride(0), page,
         do, m, l, delta,
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
@@ -316,8 +372,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         do.stride(0), do.stride(1),
         block_table.stride(0), page,
-        HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BWD_BLOCK_Q, GROUP=group,
+        HEAD_DIM=D, TILE=TILE, BLOCK_Q=BWD_BLOCK_Q,
         num_warps=NUM_WARPS,
     )
     return dq, dk, dv

@@ -9,11 +9,28 @@ import triton
 import triton.language as tl
 
 TILE = 16
-BLOCK_Q = 4
+BLOCK_Q = 8
 HEADS_PER_PROGRAM = 2
 NUM_WARPS = 4
-BWD_BLOCK_Q = 4
+BWD_BLOCK_Q = 16
 SEQ_CHUNK = 64  # sequences a program scans at a time to find its own
+MIN_DOT = 16  # a dot's smallest side on a GPU: a program's rows are padded up to it
+
+
+@triton.jit
+def _finite(x):
+    """x's entries that are neither inf nor NaN (computed in fp32: the CPU
+    interpreter compares bf16 as raw bit patterns)."""
+    x32 = x.to(tl.float32)
+    return (x32 == x32) & (tl.abs(x32) != float("inf"))
+
+
+@triton.jit
+def _poison(acc, sees, finite):
+    """NaN wherever a row meets a non-finite entry at a position it sees:
+    ``sees`` (rows, positions), ``finite`` (positions, columns)."""
+    hits = tl.dot(sees.to(tl.float32), (finite == 0).to(tl.float32), input_precision="ieee")
+    return tl.where(hits > 0, float("nan"), acc)
 
 
 @triton.jit
@@ -28,7 +45,7 @@ def _attention_kernel(
     stride_bt, page_size,
     do_ptr, m_ptr, l_ptr, delta_ptr,
     HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, SEQ_CHUNK: tl.constexpr,
+    BLOCK_Q: tl.constexpr, HEADS: tl.constexpr, ROWS: tl.constexpr, SEQ_CHUNK: tl.constexpr,
     BACKWARD: tl.constexpr,
 ):
     # The forward; with BACKWARD the same program then walks its tiles again for dq
@@ -51,31 +68,36 @@ def _attention_kernel(
     ctx_start = seq_len - q_len
     q_local = (pid - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
 
-    rows = tl.arange(0, BLOCK_Q * HEADS)
+    # Every row of a program reads the same KV head: program_id(1) picks the KV
+    # head and which HEADS of its group of query heads.
+    blocks_per_kv = (group + HEADS - 1) // HEADS
+    kv_head = tl.program_id(1) // blocks_per_kv
+    first_head = (tl.program_id(1) % blocks_per_kv) * HEADS
+    rows = tl.arange(0, ROWS)
     tok = q_local + rows // HEADS
-    head = tl.program_id(1) * HEADS + rows % HEADS
-    row_ok = (tok < q_len) & (head < num_heads)
+    in_group = first_head + rows % HEADS
+    head = kv_head * group + in_group
+    row_ok = (rows < BLOCK_Q * HEADS) & (tok < q_len) & (in_group < group) & (head < num_heads)
     pos = tl.where(row_ok, ctx_start + tok, -1)
-    kv_head = head // group
     d = tl.arange(0, HEAD_DIM)
 
     q_rows = q_ptr + (q_begin + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh
-    q = tl.load(q_rows + d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
-    q = q * scale
+    q = tl.load(q_rows + d[None, :], mask=row_ok[:, None], other=0.0)
 
-    m_i = tl.full((BLOCK_Q * HEADS,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_Q * HEADS,), tl.float32)
-    acc = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
+    m_i = tl.full((ROWS,), float("-inf"), tl.float32)
+    l_i = tl.zeros((ROWS,), tl.float32)
+    acc = tl.zeros((ROWS, HEAD_DIM), tl.float32)
     # The last position any row of this program sees, plus one.
     hi = ctx_start + tl.minimum(q_local + BLOCK_Q, q_len)
     hi = tl.maximum(hi, 0)
     for start in range(0, hi, TILE):
         j = start + tl.arange(0, TILE)
-        page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
+        loaded = j < hi
+        page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=loaded, other=0).to(tl.int64)
         sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-        k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-        k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k, axis=2)
+        k_rows = (page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh)[:, None]
+        k = tl.load(k_ptr + k_rows + d[None, :], mask=loaded[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
         s = tl.where(sees, s, float("-inf"))
 
         active = row_ok & (start <= pos)
@@ -84,10 +106,14 @@ def _attention_kernel(
         p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)
         l_i = tl.where(active, l_i * alpha + tl.sum(p, axis=1), l_i)
 
-        v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-        v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-        pv = tl.sum(p[:, :, None] * v, axis=1)
+        v_rows = (page * stride_vb + (j % page_size) * stride_vp + kv_head * stride_vh)[:, None]
+        v = tl.load(v_ptr + v_rows + d[None, :], mask=loaded[:, None], other=0.0)
+        v_ok = _finite(v)
+        v = tl.where(v_ok, v.to(tl.float32), 0.0).to(v.dtype)
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         acc = tl.where(active[:, None], acc * alpha[:, None] + pv, acc)
+        if tl.min(v_ok.to(tl.int32)) == 0:
+            acc = _poison(acc, sees, v_ok)
         m_i = m_new
 
     out = acc / l_i[:, None]
@@ -99,22 +125,27 @@ def _attention_kernel(
     if BACKWARD:
         t64 = (q_begin + tok).to(tl.int64)
         do = tl.load(do_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                     mask=row_ok[:, None], other=0.0).to(tl.float32)
-        delta = tl.sum(do * out, axis=1)
-        dq = tl.zeros((BLOCK_Q * HEADS, HEAD_DIM), tl.float32)
+                     mask=row_ok[:, None], other=0.0)
+        delta = tl.sum(do.to(tl.float32) * out, axis=1)
+        dq = tl.zeros((ROWS, HEAD_DIM), tl.float32)
         for start in range(0, hi, TILE):
             j = start + tl.arange(0, TILE)
-            page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=j < hi, other=0).to(tl.int64)
+            loaded = j < hi
+            page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=loaded, other=0).to(tl.int64)
             sees = row_ok[:, None] & (j[None, :] <= pos[:, None])
-            k_off = (page * stride_kb + (j % page_size) * stride_kp)[None, :, None] + kv_head[:, None, None] * stride_kh
-            k = tl.load(k_ptr + k_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
-            s = tl.sum(q[:, None, :] * k, axis=2)
-            v_off = (page * stride_vb + (j % page_size) * stride_vp)[None, :, None] + kv_head[:, None, None] * stride_vh
-            v = tl.load(v_ptr + v_off + d[None, None, :], mask=sees[:, :, None], other=0.0).to(tl.float32)
+            k_rows = (page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh)[:, None]
+            k = tl.load(k_ptr + k_rows + d[None, :], mask=loaded[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            v_rows = (page * stride_vb + (j % page_size) * stride_vp + kv_head * stride_vh)[:, None]
+            v = tl.load(v_ptr + v_rows + d[None, :], mask=loaded[:, None], other=0.0)
             p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
-            dp = tl.sum(do[:, None, :] * v, axis=2)
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
             ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-            dq += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * k, 0.0), axis=1)
+            k_ok = _finite(k)
+            k = tl.where(k_ok, k.to(tl.float32), 0.0).to(k.dtype)
+            dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
+            if tl.min(k_ok.to(tl.int32)) == 0:
+                dq = _poison(dq, sees, k_ok)
         dq = dq * scale
         out = tl.where(dq != dq, float("nan"), dq)
         stats = t64 * num_heads + head
@@ -122,6 +153,10 @@ def _attention_kernel(
         tl.store(l_ptr + stats, l_i, mask=row_ok)
         tl.store(delta_ptr + stats, delta, mask=row_ok)
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _rows(block_q, heads):
+    return max(MIN_DOT, triton.next_power_of_2(block_q * heads))
 
 
 def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
@@ -139,11 +174,12 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
                          f"{tuple(block_table.shape)} do not match {num_seqs} sequences")
     q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
     out = torch.empty((T, Hq, D), dtype=q.dtype, device=q.device)
-    grid = (T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))
+    group = Hq // Hkv
+    grid = (T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))
     _attention_kernel[grid](
         q, k_cache, v_cache, out,
         cu_seqlens_q, seq_lens, block_table,
-        scale, num_seqs, Hq, Hq // Hkv,
+        scale, num_seqs, Hq, group,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -151,7 +187,7 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         block_table.stride(0), page,
         q, out, out, out,  # the backward's pointers, unused by the forward
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
@@ -166,8 +202,7 @@ def _attention_bwd_dkdv_kernel(
     stride_kb, stride_kp, stride_kh,
     stride_dot, stride_doh,
     stride_bt, page_size,
-    HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, TILE: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):
     seq = tl.program_id(0)
     start = tl.program_id(1) * TILE
@@ -182,39 +217,49 @@ def _attention_bwd_dkdv_kernel(
     owned = j < seq_len
     page = tl.load(bt_ptr + seq * stride_bt + j // page_size, mask=owned, other=0).to(tl.int64)
     slot = page * stride_kb + (j % page_size) * stride_kp + kv_head * stride_kh
-    k = tl.load(k_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0)
+    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=owned[:, None], other=0.0)
 
     dk = tl.zeros((TILE, HEAD_DIM), tl.float32)
     dv = tl.zeros((TILE, HEAD_DIM), tl.float32)
-    rows = tl.arange(0, BLOCK_Q * GROUP)
-    head = kv_head * group + rows % GROUP
-    # Query blocks in ascending order.  Blocks whose tokens all sit before the
-    # tile see none of it and would add exact zeros: they are skipped, and so is
-    # every block of a tile past the sequence's end.
+    rows = tl.arange(0, BLOCK_Q)
+    # The group's query heads in ascending order, and for each its query blocks in
+    # ascending order.  Blocks whose tokens all sit before the tile see none of it
+    # and would add exact zeros: they are skipped, and so is every block of a tile
+    # past the sequence's end.
     first = tl.maximum(start - ctx_start, 0) // BLOCK_Q * BLOCK_Q
     last = tl.where(start < seq_len, q_len, 0)
-    for qb in range(first, last, BLOCK_Q):
-        tok = qb + rows // GROUP
-        row_ok = (tok < q_len) & (rows % GROUP < group) & (head < num_heads)
-        pos = ctx_start + tok
-        t64 = (q_begin + tok).to(tl.int64)
-        q = tl.load(q_ptr + t64[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                    mask=row_ok[:, None], other=0.0).to(tl.float32)
-        q = q * scale
-        do = tl.load(do_ptr + t64[:, None] * stride_dot + head[:, None] * stride_doh + d[None, :],
-                     mask=row_ok[:, None], other=0.0).to(tl.float32)
-        stats = t64 * num_heads + head
-        m_i = tl.load(m_ptr + stats, mask=row_ok, other=0.0)
-        l_i = tl.load(l_ptr + stats, mask=row_ok, other=1.0)
-        delta = tl.load(delta_ptr + stats, mask=row_ok, other=0.0)
-        sees = row_ok[:, None] & owned[None, :] & (j[None, :] <= pos[:, None])
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
-        p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
-        dv += tl.sum(tl.where(sees[:, :, None], p[:, :, None] * do[:, None, :], 0.0), axis=0)
-        dp = tl.sum(do[:, None, :] * v[None, :, :], axis=2)
-        ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-        dk += tl.sum(tl.where(sees[:, :, None], ds[:, :, None] * q[:, None, :], 0.0), axis=0)
+    for g in range(0, group):
+        head = kv_head * group + g
+        for qb in range(first, last, BLOCK_Q):
+            tok = qb + rows
+            row_ok = tok < q_len
+            pos = ctx_start + tok
+            t64 = (q_begin + tok).to(tl.int64)
+            q = tl.load(q_ptr + t64[:, None] * stride_qt + head * stride_qh + d[None, :],
+                        mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_ptr + t64[:, None] * stride_dot + head * stride_doh + d[None, :],
+                         mask=row_ok[:, None], other=0.0)
+            stats = t64 * num_heads + head
+            m_i = tl.load(m_ptr + stats, mask=row_ok, other=0.0)
+            l_i = tl.load(l_ptr + stats, mask=row_ok, other=1.0)
+            delta = tl.load(delta_ptr + stats, mask=row_ok, other=0.0)
+            sees = row_ok[:, None] & owned[None, :] & (j[None, :] <= pos[:, None])
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+            ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
+            do_ok = _finite(do)
+            q_ok = _finite(q)
+            do_c = tl.where(do_ok, do.to(tl.float32), 0.0).to(do.dtype)
+            q_c = tl.where(q_ok, q.to(tl.float32), 0.0).to(q.dtype)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do_c, input_precision="ieee")
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q_c, input_precision="ieee")
+            if tl.min(do_ok.to(tl.int32)) == 0:
+                dv = _poison(dv, tl.trans(sees), do_ok)
+            if tl.min(q_ok.to(tl.int32)) == 0:
+                dk = _poison(dk, tl.trans(sees), q_ok)
+    dk = dk * scale
     dk = tl.where(dk != dk, float("nan"), dk)
     dv = tl.where(dv != dv, float("nan"), dv)
     tl.store(dk_ptr + slot[:, None] + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=owned[:, None])
@@ -229,8 +274,6 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
     T, Hq, D = q.shape
     _, page, Hkv, _ = k_cache.shape
     group = Hq // Hkv
-    if triton.next_power_of_2(group) != group:
-        raise ValueError(f"attention_backward: Hq // Hkv = {group} must be a power of two")
     num_seqs = seq_lens.shape[0]
     q, k_cache, v_cache, do = q.contiguous(), k_cache.contiguous(), v_cache.contiguous(), do.contiguous()
     dq = torch.empty_like(q)
@@ -240,7 +283,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
     l = torch.empty_like(m)
     delta = torch.empty_like(m)
     # dq by the forward's own program, walking its tiles a second time.
-    _attention_kernel[(T // BLOCK_Q + num_seqs, triton.cdiv(Hq, HEADS_PER_PROGRAM))](
+    _attention_kernel[(T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))](
         q, k_cache, v_cache, dq,
         cu_seqlens_q, seq_lens, block_table,
         scale, num_seqs, Hq, group,
@@ -251,7 +294,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         block_table.stride(0), page,
         do, m, l, delta,
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
@@ -267,8 +310,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         do.stride(0), do.stride(1),
         block_table.stride(0), page,
-        HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BWD_BLOCK_Q, GROUP=group,
+        HEAD_DIM=D, TILE=TILE, BLOCK_Q=BWD_BLOCK_Q,
         num_warps=NUM_WARPS,
     )
     return dq, dk, dv
