@@ -76,7 +76,6 @@ NUM_WARPS = 4
 BWD_BLOCK_Q = 16
 SEQ_CHUNK = 64  # sequences a program scans at a time to find its own
 MIN_DOT = 16  # a dot's smallest side on a GPU: a program's rows are padded up to it
-NO_POSITION = tl.constexpr(2**31 - 1)  # "no position" for the per-column first non-finite entry
 
 
 @triton.jit
@@ -89,8 +88,9 @@ def _finite(x):
 
 @triton.jit
 def _first_bad(first, x, j):
-    """Per column, the first position ``j`` (rows of ``x``) of a non-finite entry, or ``first``."""
-    return tl.minimum(first, tl.min(tl.where(_finite(x), NO_POSITION, j[:, None]), axis=0))
+    """Per column, the first position ``j`` (rows of ``x``) of a non-finite entry, or
+    ``first`` (2**31 - 1 stands for none)."""
+    return tl.minimum(first, tl.min(tl.where(_finite(x), 2147483647, j[:, None]), axis=0))
 
 
 @triton.jit
@@ -154,7 +154,7 @@ def _attention_kernel(
     l_i = tl.zeros((ROWS,), tl.float32)
     acc = tl.zeros((ROWS, HEAD_DIM), tl.float32)
     # Per column, the first position whose v is not finite: the rows that see it get NaN.
-    v_bad = tl.full((HEAD_DIM,), NO_POSITION, tl.int32)
+    v_bad = tl.full((HEAD_DIM,), 2147483647, tl.int32)
     # The last position any row of this program sees, plus one.
     hi = ctx_start + tl.minimum(q_local + BLOCK_Q, q_len)
     hi = tl.maximum(hi, 0)
@@ -195,7 +195,7 @@ def _attention_kernel(
                      mask=row_ok[:, None], other=0.0)
         delta = tl.sum(do.to(tl.float32) * out, axis=1)
         dq = tl.zeros((ROWS, HEAD_DIM), tl.float32)
-        k_bad = tl.full((HEAD_DIM,), NO_POSITION, tl.int32)
+        k_bad = tl.full((HEAD_DIM,), 2147483647, tl.int32)
         for start in range(0, hi, TILE):
             j = start + tl.arange(0, TILE)
             loaded = j < hi
@@ -219,10 +219,6 @@ def _attention_kernel(
         tl.store(l_ptr + stats, l_i, mask=row_ok)
         tl.store(delta_ptr + stats, delta, mask=row_ok)
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-def _rows(block_q, heads):
-    return max(MIN_DOT, triton.next_power_of_2(block_q * heads))
 
 
 def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
@@ -253,7 +249,7 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         block_table.stride(0), page,
         q, out, out, out,  # the backward's pointers, unused by the forward
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
@@ -360,7 +356,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         block_table.stride(0), page,
         do, m, l, delta,
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page

@@ -25,11 +25,16 @@ def _finite(x):
 
 
 @triton.jit
-def _poison(acc, sees, finite):
-    """NaN wherever a row meets a non-finite entry at a position it sees:
-    ``sees`` (rows, positions), ``finite`` (positions, columns)."""
-    hits = tl.dot(sees.to(tl.float32), (finite == 0).to(tl.float32), input_precision="ieee")
-    return tl.where(hits > 0, float("nan"), acc)
+def _first_bad(first, x, j):
+    """Per column, the first position ``j`` (rows of ``x``) of a non-finite entry, or
+    ``first`` (2**31 - 1 stands for none)."""
+    return tl.minimum(first, tl.min(tl.where(_finite(x), 2147483647, j[:, None]), axis=0))
+
+
+@triton.jit
+def _last_bad(last, x, pos):
+    """Per column, the last position ``pos`` (rows of ``x``) of a non-finite entry, or ``last``."""
+    return tl.maximum(last, tl.max(tl.where(_finite(x), -1, pos[:, None]), axis=0))
 
 
 @triton.jit
@@ -86,6 +91,8 @@ def _attention_kernel(
     m_i = tl.full((ROWS,), float("-inf"), tl.float32)
     l_i = tl.zeros((ROWS,), tl.float32)
     acc = tl.zeros((ROWS, HEAD_DIM), tl.float32)
+    # Per column, the first position whose v is not finite: the rows that see it get NaN.
+    v_bad = tl.full((HEAD_DIM,), 2147483647, tl.int32)
     # The last position any row of this program sees, plus one.
     hi = ctx_start + tl.minimum(q_local + BLOCK_Q, q_len)
     hi = tl.maximum(hi, 0)
@@ -107,15 +114,14 @@ def _attention_kernel(
 
         v_rows = (page * stride_vb + (j % page_size) * stride_vp + kv_head * stride_vh)[:, None]
         v = tl.load(v_ptr + v_rows + d[None, :], mask=loaded[:, None], other=0.0)
-        v_ok = _finite(v)
-        v = tl.where(v_ok, v.to(tl.float32), 0.0).to(v.dtype)
+        v_bad = _first_bad(v_bad, v, j)
+        v = tl.where(_finite(v), v.to(tl.float32), 0.0).to(v.dtype)
         pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         acc = tl.where(active[:, None], acc * alpha[:, None] + pv, acc)
-        if tl.min(v_ok.to(tl.int32)) == 0:
-            acc = _poison(acc, sees, v_ok)
         m_i = m_new
 
     out = acc / l_i[:, None]
+    out = tl.where(pos[:, None] >= v_bad[None, :], float("nan"), out)
     # One NaN for every NaN: a NaN made by inf - inf takes its sign from the
     # code path that made it (numpy's vector or scalar loop under the
     # interpreter), which would let the rows per program reach the bits.
@@ -127,6 +133,7 @@ def _attention_kernel(
                      mask=row_ok[:, None], other=0.0)
         delta = tl.sum(do.to(tl.float32) * out, axis=1)
         dq = tl.zeros((ROWS, HEAD_DIM), tl.float32)
+        k_bad = tl.full((HEAD_DIM,), 2147483647, tl.int32)
         for start in range(0, hi, TILE):
             j = start + tl.arange(0, TILE)
             loaded = j < hi
@@ -140,22 +147,16 @@ def _attention_kernel(
             p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
             dp = tl.dot(do, tl.trans(v), input_precision="ieee")
             ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-            k_ok = _finite(k)
-            k = tl.where(k_ok, k.to(tl.float32), 0.0).to(k.dtype)
+            k_bad = _first_bad(k_bad, k, j)
+            k = tl.where(_finite(k), k.to(tl.float32), 0.0).to(k.dtype)
             dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
-            if tl.min(k_ok.to(tl.int32)) == 0:
-                dq = _poison(dq, sees, k_ok)
-        dq = dq * scale
+        dq = tl.where(pos[:, None] >= k_bad[None, :], float("nan"), dq * scale)
         out = tl.where(dq != dq, float("nan"), dq)
         stats = t64 * num_heads + head
         tl.store(m_ptr + stats, m_i, mask=row_ok)
         tl.store(l_ptr + stats, l_i, mask=row_ok)
         tl.store(delta_ptr + stats, delta, mask=row_ok)
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-def _rows(block_q, heads):
-    return max(MIN_DOT, triton.next_power_of_2(block_q * heads))
 
 
 def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
@@ -187,7 +188,7 @@ def attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale):
         block_table.stride(0), page,
         q, out, out, out,  # the backward's pointers, unused by the forward
         HEAD_DIM=D, TILE=tile,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=False, num_warps=NUM_WARPS,
     )
     return out
@@ -222,6 +223,10 @@ def _attention_bwd_dkdv_kernel(
 
     dk = tl.zeros((TILE, HEAD_DIM), tl.float32)
     dv = tl.zeros((TILE, HEAD_DIM), tl.float32)
+    # Per column, the last position of a query (do) row that is not finite: the
+    # slots it sees, up to that position, get NaN.
+    q_bad = tl.full((HEAD_DIM,), -1, tl.int32)
+    do_bad = tl.full((HEAD_DIM,), -1, tl.int32)
     rows = tl.arange(0, BLOCK_Q)
     # The group's query heads in ascending order, and for each its query blocks in
     # ascending order.  Blocks whose tokens all sit before the tile see none of it
@@ -249,17 +254,14 @@ def _attention_bwd_dkdv_kernel(
             p = tl.where(sees, tl.exp(s - m_i[:, None]) / l_i[:, None], 0.0)
             dp = tl.dot(do, tl.trans(v), input_precision="ieee")
             ds = tl.where(sees, p * (dp - delta[:, None]), 0.0)
-            do_ok = _finite(do)
-            q_ok = _finite(q)
-            do_c = tl.where(do_ok, do.to(tl.float32), 0.0).to(do.dtype)
-            q_c = tl.where(q_ok, q.to(tl.float32), 0.0).to(q.dtype)
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do_c, input_precision="ieee")
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q_c, input_precision="ieee")
-            if tl.min(do_ok.to(tl.int32)) == 0:
-                dv = _poison(dv, tl.trans(sees), do_ok)
-            if tl.min(q_ok.to(tl.int32)) == 0:
-                dk = _poison(dk, tl.trans(sees), q_ok)
-    dk = dk * scale
+            do_bad = _last_bad(do_bad, do, pos)
+            q_bad = _last_bad(q_bad, q, pos)
+            do = tl.where(_finite(do), do.to(tl.float32), 0.0).to(do.dtype)
+            q = tl.where(_finite(q), q.to(tl.float32), 0.0).to(q.dtype)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
+    dk = tl.where(j[:, None] <= q_bad[None, :], float("nan"), dk * scale)
+    dv = tl.where(j[:, None] <= do_bad[None, :], float("nan"), dv)
     dk = tl.where(dk != dk, float("nan"), dk)
     dv = tl.where(dv != dv, float("nan"), dv)
     tl.store(dk_ptr + slot[:, None] + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=owned[:, None])
@@ -293,7 +295,7 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         block_table.stride(0), page,
         do, m, l, delta,
         HEAD_DIM=D, TILE=TILE,
-        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=_rows(BLOCK_Q, HEADS_PER_PROGRAM), SEQ_CHUNK=SEQ_CHUNK,
+        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
