@@ -9,6 +9,12 @@ only decide which program computes which tile and how large the tile is; they
 leave each element's k-order alone.  (On a GPU the tile shape may still choose
 a different MMA instruction; the evaluator re-establishes parity per device.)
 
+The kernel is persistent: at most ``PROGRAMS`` programs (an H100's or H200's
+132 SMs), each walking the tiles ``pid, pid + PROGRAMS, ...``.  The grid is
+the same on every device, and one fixed tile configuration (128 x 128 tiles, 8
+warps: wgmma on sm_90) serves every M, decode included, so no batch size picks
+another instruction.
+
 fp32 inputs use ``input_precision="ieee"`` so that the GPU does not drop to
 TF32; fp16/bf16 tiles go to the tensor cores as they are.
 
@@ -23,12 +29,13 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 32
-BLOCK_N = 32
+BLOCK_M = 128
+BLOCK_N = 128
 BLOCK_K = 32
 GROUP_M = 8
-NUM_WARPS = 4
+NUM_WARPS = 8
 NUM_STAGES = 3
+PROGRAMS = 132  # persistent programs at most: one per SM of an H100 or H200
 
 
 @triton.jit
@@ -39,40 +46,43 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped ordering of tiles for L2 reuse; it changes which program owns a
-    # tile, never how a tile is computed.
-    group_size = GROUP_M * num_pid_n
-    group_id = pid // group_size
-    first_m = group_id * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % group_rows
-    pid_n = (pid % group_size) // group_rows
-
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
     rk = tl.arange(0, BLOCK_K)
-    # Offsets in 64 bits: a transposed weight (b = w.t(), strides (1, K)) puts column n
-    # n * K elements away, past 2**31 for an lm_head of 152k x 16k.
-    rm64, rn64, rk64 = rm.to(tl.int64), rn.to(tl.int64), rk.to(tl.int64)
-    a_ptrs = a_ptr + rm64[:, None] * stride_am + rk64[None, :] * stride_ak
-    b_ptrs = b_ptr + rk64[:, None] * stride_bk + rn64[None, :] * stride_bn
+    rk64 = rk.to(tl.int64)
     a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K  # a stride of 1 arrives as a constexpr on a GPU
     b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+    # Persistent: this program's tiles are pid, pid + programs, ...
+    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        # Grouped ordering of tiles for L2 reuse; it changes which program owns a
+        # tile, never how a tile is computed.
+        group_size = GROUP_M * num_pid_n
+        group_id = tile // group_size
+        first_m = group_id * GROUP_M
+        group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % group_size) % group_rows
+        pid_n = (tile % group_size) // group_rows
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k_ok = (k0 + rk) < K
-        a = tl.load(a_ptrs, mask=(rm < M)[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None] & (rn < N)[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += a_step
-        b_ptrs += b_step
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        # Offsets in 64 bits: a transposed weight (b = w.t(), strides (1, K)) puts column n
+        # n * K elements away, past 2**31 for an lm_head of 152k x 16k.
+        rm64, rn64 = rm.to(tl.int64), rn.to(tl.int64)
+        a_ptrs = a_ptr + rm64[:, None] * stride_am + rk64[None, :] * stride_ak
+        b_ptrs = b_ptr + rk64[:, None] * stride_bk + rn64[None, :] * stride_bn
 
-    c_ptrs = c_ptr + rm64[:, None] * stride_cm + rn64[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_ok = (k0 + rk) < K
+            a = tl.load(a_ptrs, mask=(rm < M)[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & (rn < N)[None, :], other=0.0)
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+            a_ptrs += a_step
+            b_ptrs += b_step
+
+        c_ptrs = c_ptr + rm64[:, None] * stride_cm + rn64[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -84,7 +94,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (min(PROGRAMS, triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)),)
     _matmul_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -98,7 +108,7 @@ def _launch(a, b, c):
     """c = a @ b for any strides of a (M, K) and b (K, N), in the forward's k-order."""
     M, K = a.shape
     N = b.shape[1]
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (min(PROGRAMS, triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)),)
     _matmul_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
