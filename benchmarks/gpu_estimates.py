@@ -100,7 +100,8 @@ def _estimates(report: dict) -> list[dict]:
                 passes = 3 if cell.backward else 1
                 row["flops"] = 2 * cell.m * d["N"] * d["K"] * passes
                 row["floor_b"] = (cell.m * d["K"] + d["K"] * d["N"] + cell.m * d["N"]) * e * passes
-                row["fill"] = _fill(programs[(name, cell.name, "_matmul_kernel")])
+                tiles = -(-cell.m // 128) * -(-d["N"] // 128)  # the seed's 128 x 128 tiles
+                row["fill"] = _fill(min(tiles, programs[(name, cell.name, "_matmul_kernel")]))
                 row["note"] = "wgmma m64n128k16, 128x128 tiles, persistent"
             else:
                 tokens = cell.m * d["Q"]

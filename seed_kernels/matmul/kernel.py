@@ -9,11 +9,13 @@ only decide which program computes which tile and how large the tile is; they
 leave each element's k-order alone.  (On a GPU the tile shape may still choose
 a different MMA instruction; the evaluator re-establishes parity per device.)
 
-The kernel is persistent: at most ``PROGRAMS`` programs (an H100's or H200's
-132 SMs), each walking the tiles ``pid, pid + PROGRAMS, ...``.  The grid is
-the same on every device, and one fixed tile configuration (128 x 128 tiles, 8
-warps: wgmma on sm_90) serves every M, decode included, so no batch size picks
-another instruction.
+On a GPU the kernel is persistent: ``PROGRAMS`` programs (an H100's or H200's
+132 SMs) whatever the shapes, each walking the tiles ``pid, pid + PROGRAMS,
+...``, so the grid does not follow M either.  Under the CPU interpreter, which
+pays per program, there is one program per tile (``PERSISTENT`` is the CPU's
+value, ``PERSISTENT_GPU`` a GPU's).  One fixed tile configuration (128 x 128
+tiles, 8 warps: wgmma on sm_90) serves every M, decode included, so no batch
+size picks another instruction.
 
 fp32 inputs use ``input_precision="ieee"`` so that the GPU does not drop to
 TF32; fp16/bf16 tiles go to the tensor cores as they are.
@@ -35,7 +37,9 @@ BLOCK_K = 32
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
-PROGRAMS = 132  # persistent programs at most: one per SM of an H100 or H200
+PROGRAMS = 132  # a GPU's persistent programs: one per SM of an H100 or H200
+PERSISTENT = False  # the CPU: one program per tile
+PERSISTENT_GPU = True
 
 
 @triton.jit
@@ -94,7 +98,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    grid = (min(PROGRAMS, triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)),)
+    persistent = PERSISTENT if a.device.type == "cpu" else PERSISTENT_GPU
+    grid = (PROGRAMS,) if persistent else (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _matmul_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -108,7 +113,8 @@ def _launch(a, b, c):
     """c = a @ b for any strides of a (M, K) and b (K, N), in the forward's k-order."""
     M, K = a.shape
     N = b.shape[1]
-    grid = (min(PROGRAMS, triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)),)
+    persistent = PERSISTENT if a.device.type == "cpu" else PERSISTENT_GPU
+    grid = (PROGRAMS,) if persistent else (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _matmul_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
