@@ -86,3 +86,17 @@ def test_an_unknown_target_is_bad_usage():
     assert target_capability("sm_90") == 90
     with pytest.raises(UsageError, match="sm_91"):
         target_capability("sm_91")
+
+
+def test_a_failed_rehearsal_step_says_why_in_the_log(tmp_path):
+    """A step's process that fails prints its last lines under the step's line, so the
+    check's log.txt says why (a seed that did not compile showed only "exit 1")."""
+    proc = _run(tmp_path, f"""
+        from pathlib import Path
+        from tik_agent.backends.compile_rehearsal import run_steps
+        ok, _ = run_steps(Path({str(tmp_path)!r}), "sm_90", 1, ["probes-nosuchseed"])
+        print("ok" if ok else "failed")
+    """)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("compile probes-nosuchseed: exit 1") and lines[-1] == "failed"
+    assert "unknown step 'probes-nosuchseed'" in lines[1]

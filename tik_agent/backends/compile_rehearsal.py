@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tik_agent.plaintext import plain
+
 SEEDS = ("rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention")
 PROBE_M = (1, 7, 64, 255, 1024, 4096)  # the batch sizes of the check's bit probes (scripts/gpu_check_steps.py)
 # Constants probed beside the tunables: part of the numerics under the interpreter (its
@@ -222,6 +224,9 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None)
                 (out / "compile.json").write_text(json.dumps(report, indent=1))
                 print(f"compile {row['step']}: exit {row['exit']}, {row.get('variants', '-')} variants, "
                       f"{row.get('compile_s', '-')} s compiling, {row['process_s']} s", flush=True)
+                if row.get("error"):  # the step's own last lines: a failed step says why in the log
+                    tail = [line for line in row["error"].splitlines() if line.strip()][-3:]
+                    print("\n".join(f"  {plain(line)}" for line in tail), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lines = [f"## compile-only rehearsal for {target} ({jobs} at a time, each step with an empty cache)", "",
