@@ -62,10 +62,16 @@ def test_a_uniform_case_builds_the_launch_the_survey_called(m, dims, spare, pad)
 
 
 def test_the_plan_ties_the_sizes_a_launcher_sees():
-    axes = {a["dim"]: a for a in configs.survey_plan(SPEC, "cpu", random.Random(0))}
+    axes = {configs.axis_key(a): a for a in configs.survey_plan(SPEC, "cpu", random.Random(0))}
     # D is a list of values (its edge cases judge each); the cache's spare blocks and the
-    # table's spare columns are swept too
-    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD}
+    # table's spare columns are swept too; the KV heads once per ratio
+    grouped = {f"Hkv (Hq = {r} Hkv)" for r in (2, 4, 8, 16, 32, 64)}
+    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD} | grouped
+    # every pair of head counts the domain allows is on an axis (GQA with several KV heads)
+    on_axes = {(d["Hq"], d["Hkv"]) for a in axes.values() if a["dim"] in ("Hq", "Hkv")
+               for d in (configs.point_of(a, v)[1] for v in a["values"])}
+    allowed = {(r * kv, kv) for r in (1, 2, 4, 8, 16, 32, 64) for kv in range(1, 129) if r * kv <= 128}
+    assert allowed <= on_axes
     q = axes["Q"]
     m, dims = configs.point_of(q, 100)
     assert dims["Q"] == 100 and dims["L"] >= 100 and m == 1  # every token new: T = Q, every count
@@ -135,6 +141,9 @@ def _sizes(case: Case) -> dict:
     ("T % 2 == 1 and T % 3 != 0 and T % 5 != 0 and T > 120", lambda c: _sizes(c)["tokens"] in (121, 127)),
     # head counts other than the ratios' (odd, and as many query heads as KV heads)
     ("Hq == Hkv and Hq % 2 == 1 and Hq > 1", lambda c: c.dims["Hq"] == c.dims["Hkv"] and c.dims["Hq"] % 2 == 1),
+    # grouped-query attention with several KV heads: no single axis moved both head counts
+    ("Hkv >= 3 and Hq // Hkv == 4", lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == 4 * c.dims["Hkv"]),
+    ("Hkv == 8 and Hq == 32", lambda c: (c.dims["Hkv"], c.dims["Hq"]) == (8, 32)),
 ])
 def test_the_sizes_a_launcher_sees_are_each_surveyed(tmp_path, condition, fires):
     """A helper's red team (2026-12-06) passed each of these: the packed tokens, the cache's

@@ -141,7 +141,7 @@ def _cases_a_side(spec: KernelSpec, device: str, m: int) -> int:
 
 def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, seed: int) -> list[tuple[Case, bool]]:
     """:func:`boundary_cases`, each with whether it judges a far point."""
-    axes = {a["dim"]: a for a in plan}
+    axes = {configs.axis_key(a): a for a in plan}
     out: dict[str, tuple[Case, bool]] = {}
     rng = random.Random(seed)
     for b in found.boundaries:

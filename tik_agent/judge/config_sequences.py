@@ -17,18 +17,20 @@ along the axis is one size a launcher sees and not several at once:
   and the tokens grow with ``Q`` alone;
 * the page size ``P`` takes the context with it (``L = k * P``): the block table's
   width and the cache's blocks stay fixed while the page grows;
-* the divisor of a ratio (``Hkv`` under ``Hq = r * Hkv``) takes the other with it, at
-  the smallest ratio allowed (1: as many query heads as KV heads); the ratio's own
-  dimension (``Hq``) is swept over its allowed ratios, its divisor at its smallest;
+* the divisor of a ratio (``Hkv`` under ``Hq = r * Hkv``) takes the other with it, once
+  at each ratio allowed (an axis of its own per ratio, keyed ``Hkv (Hq = 4 Hkv)``), so
+  every pair of head counts in the domain is on an axis; the ratio's own dimension
+  (``Hq``) is swept over its allowed ratios, its divisor at its smallest;
 * the context's and the chunk's sweeps hold one sequence, so that the packed tokens
   and the cache's blocks take every count along them.
 
 Every point has spare cache blocks and block-table columns drawn from the secret
 (``+spare``, ``+pad``: a parity case carries them), and two more axes sweep each.
 
-What stays open: combinations of sizes (the rows layout's points of combined sizes
-and far points are not drawn here), and launches of drawn lengths, which the grid's
-cases and the invariance probes judge where they land.
+What stays open: other combinations of sizes (the rows layout's points of combined
+sizes and far points are not drawn here: the head counts are the one pair every point
+of which is on an axis), and launches of drawn lengths, which the grid's cases and the
+invariance probes judge where they land.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from tik_agent.spec.sequences import PAD, SPARE
 # Sequences of a sweep along another dimension (drawn per evaluation): each is a parity
 # case's worth of launches under the interpreter.
 SURVEY_SEQUENCES = (2, 4)
-# Changes one evaluation judges over the eight axes.  The seed's own launch changes at 14 to
-# 16 points: its backward compiles one kernel per head-group size (6 along Hq), and the
-# grid's and the block table's first steps along each other axis.
+# Changes one evaluation judges over the axes.  The seed's own launch changes at 8 points
+# (tik_agent 2026-12-06): the grid's and the block table's first steps along most axes, and
+# the two KV heads of the largest ratio's short axis.
 BUDGET = 20
 # Batches surveyed one by one: past the few a CPU evaluation judges (a change there is a
 # refusal), so that a grid of ``T // BLOCK_Q + M`` is told from a line before the samples.
@@ -58,6 +60,27 @@ BATCH_PREDICTED = 64
 # of up to a million blocks.
 SPARE_DRAWN, PAD_DRAWN = 64, 16
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
+
+
+def _grouped(axis: dict, domain, device: str, rng: random.Random) -> list[dict]:
+    """The divisor of a ratio (the KV heads) swept again at each other allowed ratio, the
+    other dimension (the query heads) carried at that multiple: every pair of head counts
+    in the domain is on one axis, grouped-query attention with several KV heads (Llama's
+    32 over 8) included."""
+    name = axis["dim"]
+    other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
+    out = []
+    for ratio in sorted(allowed)[1:]:
+        high = min(int(domain.dims[name].judged_high(device)), int(domain.dims[other].judged_high(device)) // ratio)
+        top = min(int(domain.dims[name].high), int(domain.dims[other].high) // ratio)
+        low = int(domain.dims[name].low)
+        if high < low:
+            continue
+        exhaustive = min(high, EXHAUSTIVE, top)
+        values = list(range(low, exhaustive + 1)) + beyond(exhaustive, top, rng)
+        out.append({**axis, "key": f"{name} ({other} = {ratio} {name})", "values": values,
+                    "tied": {other: ["times", ratio]}, "exhaustive": exhaustive, "high": high, "top": top})
+    return out
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:
@@ -109,8 +132,12 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
             continue
         # The context's and the chunk's sweeps hold one sequence, so that the packed tokens
         # and the cache's blocks take every count along them (with m sequences, only multiples of m).
-        axes.append({"dim": name, "m": 1 if name in (names.context, names.chunk) else m, "dims": base, "dtype": dtype, "values": values, "tied": tied,
-                     "exhaustive": exhaustive, "high": high, "top": top, "device": device, "budget": BUDGET})
+        axis = {"dim": name, "m": 1 if name in (names.context, names.chunk) else m, "dims": base, "dtype": dtype,
+                "values": values, "tied": tied, "exhaustive": exhaustive, "high": high, "top": top,
+                "device": device, "budget": BUDGET}
+        axes.append(axis)
+        if name in over:
+            axes += _grouped(axis, domain, device, rng)
     # The cache's blocks and the block table's width, each on its own.
     for name, high in ((SPARE, GEOMETRY_JUDGED), (PAD, GEOMETRY_JUDGED)):
         values = list(range(0, high + 1)) + beyond(high, GEOMETRY_TOP, rng)

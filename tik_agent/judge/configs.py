@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from tik_agent.judge.config_sequences import survey_plan as sequences_plan
-from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, point_of, rows_plan  # noqa: F401 - the survey's vocabulary
+from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, axis_key, point_of, rows_plan  # noqa: F401 - the survey's vocabulary
 from tik_agent.spec.schema import KernelSpec
 
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
@@ -88,7 +88,7 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random) -> list[dict]
 
 def analyse(axis: Mapping, lookup: Lookup) -> Findings:
     """Where the launch changes along ``axis``: the boundaries to judge, or a refusal."""
-    dim, high = axis["dim"], int(axis["high"])
+    dim, high = axis_key(axis), int(axis["high"])
     values = sorted(axis["values"])
     try:
         exhaustive = [v for v in values if v <= axis["exhaustive"]]
@@ -329,7 +329,7 @@ def decode(record: Mapping) -> dict[str, dict[int, tuple]]:
             v = int(entry[0])
             points[v] = (SKIPPED, ()) if len(entry) == 1 else (structures[int(entry[1])],
                                                                  tuple(int(n) for n in entry[2]))
-        out[str(axis["dim"])] = points
+        out[str(axis["dim"])] = points  # the worker writes each axis's key here
     return out
 
 
@@ -342,7 +342,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         return Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     out = Findings()
     for axis in plan:
-        got = analyse(axis, points.get(axis["dim"], {}).get)
+        got = analyse(axis, points.get(axis_key(axis), {}).get)
         if got.refusal:
             return got
         out.boundaries += got.boundaries

@@ -54,6 +54,13 @@ def beyond(start: int, top: int, rng: random.Random) -> list[int]:
     return sorted(out)
 
 
+def axis_key(axis: Mapping) -> str:
+    """The axis's name in the record, its boundaries and its refusals: its dimension, or
+    its own key where two axes sweep one dimension (the sequences layout's KV heads at
+    each ratio)."""
+    return str(axis.get("key") or axis["dim"])
+
+
 def point_of(axis: Mapping, value: int) -> tuple[int, dict]:
     """(batch, dims) of the survey call at ``value`` along ``axis``."""
     if axis["dim"] == BATCH_DIM:

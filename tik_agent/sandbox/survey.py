@@ -202,7 +202,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
     probes = {}
     boundaries: list[tuple[str, int]] = []
     for axis in plan:
-        inputs, found = _Inputs(spec, axis), seen.setdefault(axis["dim"], {})
+        inputs, found = _Inputs(spec, axis), seen.setdefault(configs.axis_key(axis), {})
 
         def probe(value: int, inputs=inputs, found=found) -> tuple:
             if value not in found:
@@ -214,7 +214,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
             probe(value)
         changes = configs.analyse(axis, probe)  # asks for the sizes its bisections need
         boundaries += [(b.dim, b.value) for b in changes.boundaries]
-        probes[axis["dim"]] = probe
+        probes[configs.axis_key(axis)] = probe
     combined: dict[tuple, tuple] = {}
     if points:
         inputs = _Inputs(spec, plan[0])
@@ -230,10 +230,10 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
     axes = []
     for axis in plan:
         rows = []
-        for value, (structure, numbers) in sorted(seen[axis["dim"]].items()):
+        for value, (structure, numbers) in sorted(seen[configs.axis_key(axis)].items()):
             rows.append([value] if structure == configs.SKIPPED else
                         [value, structures.setdefault(structure, len(structures)), list(numbers)])
-        axes.append({"dim": axis["dim"], "points": rows})
+        axes.append({"dim": configs.axis_key(axis), "points": rows})
     records = []
     for (m, dims), (structure, numbers) in combined.items():
         records.append([m, dict(dims)] if structure == configs.SKIPPED else
