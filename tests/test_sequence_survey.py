@@ -144,6 +144,10 @@ def _sizes(case: Case) -> dict:
     # grouped-query attention with several KV heads: no single axis moved both head counts
     ("Hkv >= 3 and Hq // Hkv == 4", lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == 4 * c.dims["Hkv"]),
     ("Hkv == 8 and Hq == 32", lambda c: (c.dims["Hkv"], c.dims["Hq"]) == (8, 32)),
+    # ... and with another size: each KV-head axis per ratio has a geometry of its own, drawn
+    # (a review's switch; caught for 16 secrets of 16, docs/security.md)
+    ("Hkv >= 3 and Hq == 4 * Hkv and page != 8",
+     lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == 4 * c.dims["Hkv"] and c.dims["P"] != 8),
 ])
 def test_the_sizes_a_launcher_sees_are_each_surveyed(tmp_path, condition, fires):
     """A helper's red team (2026-12-06) passed each of these: the packed tokens, the cache's
@@ -160,6 +164,25 @@ def test_the_sizes_a_launcher_sees_are_each_surveyed(tmp_path, condition, fires)
         assert "changes at" in found.refusal and "beyond the largest" in found.refusal, found.refusal
     else:
         assert [c for c in boundary_cases(SPEC, axes, found, 5) if fires(c)], found.boundaries
+
+
+def test_a_threshold_on_the_kv_heads_counts_once_against_the_budget(tmp_path):
+    """An honest launcher with three thresholds on the KV heads (warps by size) shows each on
+    the KV heads' axis of every ratio: 24 boundaries, every one judged, but 11 changes of
+    (dimension, size) against the budget of 20, so it is not refused; counted per axis it
+    was (a review's finding)."""
+    source = SPEC.source.read_text()
+    old = "BACKWARD=False, num_warps=NUM_WARPS,"
+    assert source.count(old) == 1
+    path = tmp_path / "warps.py"
+    path.write_text(source.replace(old, "BACKWARD=False, num_warps=8 if Hkv >= 16 else (2 if Hkv >= 4 else "
+                                        "(1 if Hkv >= 2 else 4)),"))
+    axes, found, _ = _findings(path, 3)
+    assert found.refusal is None, found.refusal
+    dims = {configs.axis_key(a): a["dim"] for a in axes}
+    distinct = {(dims[b.dim], b.value) for b in found.boundaries}
+    assert len(found.boundaries) > configs.budget_of(axes) >= len(distinct)
+    assert {("Hkv", 2), ("Hkv", 4), ("Hkv", 16)} <= distinct
 
 
 def test_a_survey_call_leaves_zeroed_allocations_unwritten(monkeypatch):

@@ -35,6 +35,7 @@ invariance probes judge where they land.
 
 from __future__ import annotations
 
+import math
 import random
 
 from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond
@@ -59,15 +60,22 @@ BATCH_PREDICTED = 64
 # past GEOMETRY_JUDGED is refused, as past any axis's judged end: its case would be a cache
 # of up to a million blocks.
 SPARE_DRAWN, PAD_DRAWN = 64, 16
+# The largest context and page, and chunk, a grouped axis's geometry draws: its judged cases
+# hold up to 128 query heads, and an attention case under the interpreter costs per head,
+# token and tile (one at Hq = 128 over 20 tokens and 3 tiles took 15 s).
+GROUPED_SIZE, GROUPED_CHUNK = 32, 16
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
 
 
-def _grouped(axis: dict, domain, device: str, rng: random.Random) -> list[dict]:
+def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> list[dict]:
     """The divisor of a ratio (the KV heads) swept again at each other allowed ratio, the
     other dimension (the query heads) carried at that multiple: every pair of head counts
     in the domain is on one axis, grouped-query attention with several KV heads (Llama's
-    32 over 8) included."""
-    name = axis["dim"]
+    32 over 8) included.  Each of these axes has a geometry of its own drawn from the
+    secret (sequences, context, chunk, page, head dim), so that a switch on head counts
+    *and* another size (``Hq == 32 and Hkv == 8 and T > 64``) is not held away from every
+    axis by one fixed geometry: it is seen where an axis's draw meets it."""
+    domain, name = spec.domain, axis["dim"]
     other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
     out = []
     for ratio in sorted(allowed)[1:]:
@@ -78,9 +86,29 @@ def _grouped(axis: dict, domain, device: str, rng: random.Random) -> list[dict]:
             continue
         exhaustive = min(high, EXHAUSTIVE, top)
         values = list(range(low, exhaustive + 1)) + beyond(exhaustive, top, rng)
-        out.append({**axis, "key": f"{name} ({other} = {ratio} {name})", "values": values,
+        m, dims = _geometry(spec, device, rng, axis)
+        out.append({**axis, "key": f"{name} ({other} = {ratio} {name})", "m": m, "dims": dims, "values": values,
                     "tied": {other: ["times", ratio]}, "exhaustive": exhaustive, "high": high, "top": top})
     return out
+
+
+def _geometry(spec: KernelSpec, device: str, rng: random.Random, axis: dict) -> tuple[int, dict]:
+    """Sequences and the other sizes of one grouped axis, drawn log-uniform within what the
+    device judges and at most GROUPED_SIZE (the chunk GROUPED_CHUNK)."""
+    names, dims = spec.sequences, dict(axis["dims"])
+    for name in (names.context, names.chunk, names.page):
+        span, most = spec.domain.dims[name], GROUPED_CHUNK if name == names.chunk else GROUPED_SIZE
+        dims[name] = _log_uniform(rng, int(span.low), min(most, int(span.judged_high(device))))
+    for name, span in spec.domain.dims.items():
+        if span.values:
+            dims[name] = int(rng.choice(list(span.values)))
+    return rng.randint(1, SURVEY_SEQUENCES[1]), dims
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    if high <= low:
+        return low
+    return min(high, max(low, int(math.exp(rng.uniform(math.log(low), math.log(high + 1))))))
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:
@@ -137,7 +165,7 @@ def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -
                 "device": device, "budget": BUDGET}
         axes.append(axis)
         if name in over:
-            axes += _grouped(axis, domain, device, rng)
+            axes += _grouped(axis, spec, device, rng)
     # The cache's blocks and the block table's width, each on its own.
     for name, high in ((SPARE, GEOMETRY_JUDGED), (PAD, GEOMETRY_JUDGED)):
         values = list(range(0, high + 1)) + beyond(high, GEOMETRY_TOP, rng)

@@ -347,8 +347,13 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
             return got
         out.boundaries += got.boundaries
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
-    if len(unique) > budget_of(plan):
-        return _too_many(unique, budget_of(plan))
+    # Counted by dimension and size: one threshold that several axes over one dimension
+    # show (the sequences layout's KV heads at each ratio) is one change against the budget;
+    # each axis's boundary is still judged.
+    dims = {axis_key(a): str(a["dim"]) for a in plan}
+    distinct = len({(dims.get(b.dim, b.dim), b.value) for b in unique})
+    if distinct > budget_of(plan):
+        return _too_many(unique, budget_of(plan), distinct)
     out.boundaries = unique
     return out
 
@@ -359,9 +364,10 @@ def budget_of(plan: list[dict]) -> int:
     return max([int(a.get("budget", BOUNDARY_BUDGET)) for a in plan] or [BOUNDARY_BUDGET])
 
 
-def _too_many(found: list[Boundary], budget: int = BOUNDARY_BUDGET) -> Findings:
+def _too_many(found: list[Boundary], budget: int = BOUNDARY_BUDGET, count: int | None = None) -> Findings:
     unique = sorted({(b.dim, b.value): b for b in found}.values(), key=lambda b: (b.dim, b.value))
     shown = ", ".join(f"{b.dim} = {b.value}" for b in unique[:6])
-    return Findings(refusal=f"the launch changes at {len(unique)} sizes that follow no rule ({shown}, ...): "
+    count = len(unique) if count is None else count
+    return Findings(refusal=f"the launch changes at {count} sizes that follow no rule ({shown}, ...): "
                             f"more than the {budget} an evaluation judges")
 
