@@ -63,7 +63,7 @@ SPARE_DRAWN, PAD_DRAWN = 64, 16
 # The largest context and page, and chunk, a grouped axis's geometry draws: its judged cases
 # hold up to 128 query heads, and an attention case under the interpreter costs per head,
 # token and tile (one at Hq = 128 over 20 tokens and 3 tiles took 15 s).
-GROUPED_SIZE, GROUPED_CHUNK = 32, 16
+GROUPED_SIZE, GROUPED_CHUNK, GROUPED_SHORT = 32, 16, 8
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
 
 
@@ -86,23 +86,25 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
             continue
         exhaustive = min(high, EXHAUSTIVE, top)
         values = list(range(low, exhaustive + 1)) + beyond(exhaustive, top, rng)
-        m, dims = _geometry(spec, device, rng, axis)
+        # An axis of two sizes (the largest ratio's) cannot fit a rule to a number that moves:
+        # both its points are judged in every evaluation, so its geometry is drawn small.
+        m, dims = _geometry(spec, device, rng, axis, GROUPED_SHORT if len(values) < 3 else GROUPED_SIZE)
         out.append({**axis, "key": f"{name} ({other} = {ratio} {name})", "m": m, "dims": dims, "values": values,
                     "tied": {other: ["times", ratio]}, "exhaustive": exhaustive, "high": high, "top": top})
     return out
 
 
-def _geometry(spec: KernelSpec, device: str, rng: random.Random, axis: dict) -> tuple[int, dict]:
+def _geometry(spec: KernelSpec, device: str, rng: random.Random, axis: dict, size: int) -> tuple[int, dict]:
     """Sequences and the other sizes of one grouped axis, drawn log-uniform within what the
-    device judges and at most GROUPED_SIZE (the chunk GROUPED_CHUNK)."""
+    device judges and at most ``size`` (the chunk at most GROUPED_CHUNK too)."""
     names, dims = spec.sequences, dict(axis["dims"])
     for name in (names.context, names.chunk, names.page):
-        span, most = spec.domain.dims[name], GROUPED_CHUNK if name == names.chunk else GROUPED_SIZE
+        span, most = spec.domain.dims[name], min(size, GROUPED_CHUNK) if name == names.chunk else size
         dims[name] = _log_uniform(rng, int(span.low), min(most, int(span.judged_high(device))))
     for name, span in spec.domain.dims.items():
         if span.values:
             dims[name] = int(rng.choice(list(span.values)))
-    return rng.randint(1, SURVEY_SEQUENCES[1]), dims
+    return rng.randint(1, SURVEY_SEQUENCES[1] if size > GROUPED_SHORT else 2), dims
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:
