@@ -216,6 +216,10 @@ def test_non_editable_install_works_from_another_directory(tmp_path):
               "--run-dir", "run")
     assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
     exported = cli("export", "run", "--out", "dist")
+    if exported.returncode == 2 and "has accepted no kernel" in exported.stderr:
+        # One offline attempt at one timing round can be rejected as slower on a loaded
+        # machine (CI saw it once): the installed package then exports the seed itself.
+        exported = cli("export", str(seed), "--out", "dist", "--device", "cpu")
     assert exported.returncode == 0, exported.stderr[-1500:]
     assert list((work / "dist").glob("tik_kernel_*.whl"))
 

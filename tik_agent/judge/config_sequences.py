@@ -35,10 +35,9 @@ invariance probes judge where they land.
 
 from __future__ import annotations
 
-import math
 import random
 
-from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond
+from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond, log_uniform
 from tik_agent.spec.cases import MAX_BATCH, largest_batch
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
@@ -100,17 +99,11 @@ def _geometry(spec: KernelSpec, device: str, rng: random.Random, axis: dict, siz
     names, dims = spec.sequences, dict(axis["dims"])
     for name in (names.context, names.chunk, names.page):
         span, most = spec.domain.dims[name], min(size, GROUPED_CHUNK) if name == names.chunk else size
-        dims[name] = _log_uniform(rng, int(span.low), min(most, int(span.judged_high(device))))
+        dims[name] = log_uniform(rng, int(span.low), min(most, int(span.judged_high(device))))
     for name, span in spec.domain.dims.items():
         if span.values:
             dims[name] = int(rng.choice(list(span.values)))
     return rng.randint(1, SURVEY_SEQUENCES[1] if size > GROUPED_SHORT else 2), dims
-
-
-def _log_uniform(rng: random.Random, low: int, high: int) -> int:
-    if high <= low:
-        return low
-    return min(high, max(low, int(math.exp(rng.uniform(math.log(low), math.log(high + 1))))))
 
 
 def survey_plan(spec: KernelSpec, device: str, rng: random.Random, dtype: str) -> list[dict]:

@@ -21,12 +21,12 @@ no point lands in (``M % 97 == 50 and N % 89 == 60``) is not seen.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from typing import Mapping
 
 from tik_agent.judge.configs import SKIPPED
 from tik_agent.judge.joint_analysis import NUMBER, JointPoint, judge  # noqa: F401  (this module's interface)
+from tik_agent.judge.survey_axes import log_uniform
 from tik_agent.spec.fields import BATCH_DIM
 
 SAMPLES = 2048  # points drawn log-uniform over every dimension at once
@@ -47,7 +47,7 @@ def draw(axes: list[dict], rng: random.Random) -> list[dict]:
     if len(lattice) > LATTICE:
         lattice = rng.sample(lattice, LATTICE)
     chosen += [{d: v for (d, _, _), v in zip(spans, combo)} for combo in lattice]
-    chosen += [{d: _log_uniform(rng, low, high) for d, low, high in spans} for _ in range(SAMPLES)]
+    chosen += [{d: log_uniform(rng, low, high) for d, low, high in spans} for _ in range(SAMPLES)]
     out, seen = [], set()
     for point in chosen:
         m = point.pop(BATCH_DIM, rows)
@@ -65,12 +65,6 @@ def _powers(low: int, high: int) -> list[int]:
     for k in range(high.bit_length() + 1):
         out.update(v for v in ((1 << k) - 1, 1 << k, (1 << k) + 1) if low <= v <= high)
     return sorted(out)
-
-
-def _log_uniform(rng: random.Random, low: int, high: int) -> int:
-    if high <= low:
-        return low
-    return min(high, max(low, int(math.exp(rng.uniform(math.log(low), math.log(high + 1))))))
 
 
 def coordinates(axis: Mapping, points: list[dict]) -> list[int]:

@@ -61,6 +61,13 @@ def axis_key(axis: Mapping) -> str:
     return str(axis.get("key") or axis["dim"])
 
 
+def log_uniform(rng: random.Random, low: int, high: int) -> int:
+    """An integer drawn log-uniform in [low, high]."""
+    if high <= low:
+        return low
+    return min(high, max(low, int(math.exp(rng.uniform(math.log(low), math.log(high + 1))))))
+
+
 def point_of(axis: Mapping, value: int) -> tuple[int, dict]:
     """(batch, dims) of the survey call at ``value`` along ``axis``."""
     if axis["dim"] == BATCH_DIM:
