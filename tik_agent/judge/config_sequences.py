@@ -72,8 +72,9 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
     in the domain is on one axis, grouped-query attention with several KV heads (Llama's
     32 over 8) included.  Each of these axes has a geometry of its own drawn from the
     secret (sequences, context, chunk, page, head dim), so that a switch on head counts
-    *and* another size (``Hq == 32 and Hkv == 8 and T > 64``) is not held away from every
-    axis by one fixed geometry: it is seen where an axis's draw meets it."""
+    *and* another size (``Hq == 32 and Hkv == 8 and page != 8``) is not held away from
+    every axis by one fixed geometry: it is seen where an axis's draw meets it (never past
+    the 64 tokens the draws stop at: docs/security.md, section 7)."""
     domain, name = spec.domain, axis["dim"]
     other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
     out = []
