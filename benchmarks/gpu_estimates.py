@@ -59,10 +59,10 @@ def _norm(m: int, n: int, e: int, add: bool, step: bool) -> tuple[float, list, s
 
 def _logprobs(m: int, v: int, e: int, step: bool) -> tuple[float, list, str]:
     logits = m * v * e
-    scratch = m * min(v, 2048) * 4 * 2  # the first pass's lane maxima and sums
-    kernels = [("_lse_lanes_kernel", logits + scratch), ("_lse_merge_kernel", scratch)]
+    scratch = m * -(-v // 4096) * 4 * 2  # each piece's maximum and sum
+    kernels = [("_lse_pieces_kernel", logits + scratch), ("_lse_fold_kernel", scratch)]
     if not step:
-        return logits, kernels, "the lanes' scratch"
+        return logits, kernels, "the pieces' scratch"
     return 3 * logits, kernels + [("_token_logprobs_bwd_kernel", 2 * logits)], "the backward reads the logits again"
 
 
@@ -91,11 +91,11 @@ def _estimates(report: dict) -> list[dict]:
                 row["estimate_us"] = sum(b / BANDWIDTH / _fill(programs[(name, cell.name, k)])
                                          for k, b in kernels) * 1e6
                 row["fill"] = min(_fill(programs[(name, cell.name, k)]) for k, _ in kernels)
-                lanes = programs[(name, cell.name, "_lse_lanes_kernel")]
-                if name == "logprobs" and lanes < SMS:
-                    del row["estimate_us"]
-                    row["note"] = (f"{lanes} programs each walk {-(-d['V'] // 2048)} chunks in order: "
-                                   "bound by latency, not bandwidth")
+                if name == "logprobs":  # the fold's few programs read a few bytes a row
+                    row["fill"] = _fill(programs[(name, cell.name, "_lse_pieces_kernel")])
+                    if cell.m < SMS:  # a decode: a few rows
+                        row["note"] = ("two launches (their latency is not counted): "
+                                       f"{cell.m * -(-d['V'] // 4096)} programs of 2 chunks, then a fold")
             elif name == "matmul":
                 passes = 3 if cell.backward else 1
                 row["flops"] = 2 * cell.m * d["N"] * d["K"] * passes

@@ -25,7 +25,7 @@ def test_the_rmsnorm_seed_replays_with_its_gpu_backward_distribution():
     names = _entry(_spec("add_rmsnorm")).backward.__globals__
     assert names["DW_COMBINE_N"] == names["DW_COMBINE_N_GPU"] == 128
     names = _entry(_spec("logprobs")).forward.__globals__
-    assert (names["TWO_PASS"], names["LANES"], names["LANE_WARPS"]) == (True, 128, 1)
+    assert names["SPLIT"] is names["SPLIT_GPU"] is True
 
 
 def test_a_seed_loaded_for_judging_keeps_its_cpu_distribution():

@@ -82,35 +82,49 @@ def _logprobs_inputs():
     return logits, targets
 
 
-@pytest.mark.parametrize("lanes, warps", [(128, 1), (512, 8), (2048, 8), (4096, 8)])
-def test_logprobs_two_passes_keep_the_bits(lanes, warps, monkeypatch):
-    """The GPU's two passes give the one pass's bits, whatever the first pass's lanes per
-    program (the GPU's 128 on one warp, and others, one wider than BLOCK_V too), with a row of
-    -inf, an inf and an ignore-index target among the rows."""
+@pytest.mark.parametrize("fold_rows, rows", [(128, 1), (1, 1), (4, 2)])
+def test_logprobs_split_keeps_the_bits(fold_rows, rows, monkeypatch):
+    """The GPU's split (one program per row and piece, then a fold) gives the one pass's bits,
+    whatever the fold's rows per program, with a row of -inf, an inf and an ignore-index
+    target among the rows (V = 5003: two pieces, the second short)."""
     from tik_agent.sandbox.harness import load_kernel
 
-    kernel = load_kernel(resolve("logprobs").source, "lanes")
+    kernel = load_kernel(resolve("logprobs").source, "split")
     logits, targets = _logprobs_inputs()
+    monkeypatch.setattr(kernel, "ROWS_PER_PROGRAM", rows)
     seed = kernel.token_logprobs(logits, targets)
-    for name, value in (("TWO_PASS", True), ("LANES", lanes), ("LANE_WARPS", warps)):
+    for name, value in (("SPLIT", True), ("FOLD_ROWS", fold_rows)):
         monkeypatch.setattr(kernel, name, value)
-    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"two passes, {lanes} lanes")
+    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"split, {fold_rows} fold rows")
 
 
-@pytest.mark.parametrize("v", [7, 1500])
-def test_logprobs_two_passes_on_rows_narrower_than_the_lanes(v, monkeypatch):
-    """With V under BLOCK_V only min(V, BLOCK_V) lanes are kept between the passes; the merge
-    takes the others as the one pass leaves them (-inf, 0.0)."""
+@pytest.mark.parametrize("v", [7, 1500, 4096, 12289])
+def test_logprobs_split_on_other_piece_counts(v, monkeypatch):
+    """One short piece, one full piece and four pieces (the last of one element)."""
     from tik_agent.sandbox.harness import load_kernel
 
-    kernel = load_kernel(resolve("logprobs").source, "narrow")
+    kernel = load_kernel(resolve("logprobs").source, "pieces")
     g = torch.Generator().manual_seed(6)
     logits = (torch.randn(4, v, generator=g) * 3).bfloat16()
     targets = torch.randint(0, v, (4,), generator=g)
     seed = kernel.token_logprobs(logits, targets)
-    for name, value in (("TWO_PASS", True), ("LANES", 128), ("LANE_WARPS", 1)):
-        monkeypatch.setattr(kernel, name, value)
-    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"two passes, V={v}")
+    monkeypatch.setattr(kernel, "SPLIT", True)
+    assert_same_bits(seed, kernel.token_logprobs(logits, targets), f"split, V={v}")
+
+
+def test_logprobs_pieces_are_part_of_the_numerics(monkeypatch):
+    """Negative control for the two tests above: the piece is the contract's; another one
+    changes the bits of rows wider than one piece, and leaves those of one piece alone."""
+    from tik_agent.sandbox.harness import load_kernel
+
+    kernel = load_kernel(resolve("logprobs").source, "piece")
+    logits, targets = _logprobs_inputs()
+    seed = kernel.token_logprobs(logits, targets)
+    narrow = kernel.token_logprobs(logits[:, :2048].contiguous(), targets)
+    monkeypatch.setattr(kernel, "PIECE_CHUNKS", 1)
+    other = kernel.token_logprobs(logits, targets)
+    assert not torch.equal(seed.view(torch.int32), other.view(torch.int32))
+    assert_same_bits(narrow, kernel.token_logprobs(logits[:, :2048].contiguous(), targets), "one piece")
 
 
 def test_logprobs_block_v_is_part_of_the_numerics(monkeypatch):

@@ -1,37 +1,41 @@
 """Batch-invariant token log-probabilities: out[i] = log_softmax(logits[i])[targets[i]].
 
 Numerical contract (what every variant must keep, bit for bit):
-each row is reduced on its own over the vocabulary in chunks of ``BLOCK_V``.
-Lane j keeps a running maximum and a running sum of exponentials of the
-elements ``k*BLOCK_V + j`` (an online log-sum-exp per lane, chunks in
-ascending order); after the last chunk the lanes are merged by one ``tl.max``
-and one ``tl.sum``.  ``BLOCK_V`` is part of the numerics and is fixed; it
-never depends on M, V or the device.  ``ROWS_PER_PROGRAM`` only decides how
-many rows one program walks through side by side and leaves each row's order
-alone.
+each row is reduced on its own.  Its vocabulary is cut into pieces of
+``PIECE_CHUNKS`` chunks of ``BLOCK_V`` elements (the last piece may be short).
+In a piece, lane j keeps a running maximum and a running sum of exponentials
+of the piece's elements ``start + k*BLOCK_V + j`` (an online log-sum-exp per
+lane, chunks in ascending order); after the piece's last chunk its lanes are
+merged by one ``tl.max`` and one ``tl.sum`` into the piece's maximum and sum.
+The pieces are then folded in ascending order into a running (maximum, sum),
+starting from (-inf, 0.0), each step rescaling both sides to the new maximum
+(``_fold``); the log-sum-exp is that maximum plus the log of that sum.
+``BLOCK_V`` and ``PIECE_CHUNKS`` are part of the numerics and are fixed; they
+never depend on M, V or the device.  A row of at most one piece gives the bits
+of the contract before pieces (the fold's first step is exact).
+``ROWS_PER_PROGRAM`` only decides how many rows one program walks through side
+by side and leaves each row's order alone.
 
 Logits of any float dtype are converted to fp32 straight after loading; the
 result is fp32.  A target outside [0, V) yields NaN for its row.
 
 On a GPU the forward runs in two passes, so that a decode of a few rows fills
-the device.  The first walks each lane's chunks (the online log-sum-exp above,
-element by element, so it does not matter which program holds a lane): one
-program per row and ``LANES_GPU`` of its lanes, writing each lane's running
-maximum and sum for the lanes that see an element (the first ``min(V, BLOCK_V)``;
-the others stay at -inf and 0.0, as in one pass).  The second merges a row's
-``BLOCK_V`` lanes by the contract's one ``tl.max`` and one ``tl.sum``, on the
-same (rows, ``BLOCK_V``) tile as the one-pass kernel, and picks the target.  On
-the CPU, whose interpreter pays per program, one program holds a whole row and
-the one-pass kernel runs (``TWO_PASS``).  Both merge and pick with the
-same helpers, and the tests compare the two passes with the one on the CPU.
-(The GPU check's compile-only replay, on CPU tensors, applies each ``NAME_GPU``.)
+the device: one program per (row, piece) writes the piece's maximum and sum
+(``_lse_pieces_kernel``, on the same one-row tile and warps as the one-pass
+kernel), then one program per ``FOLD_ROWS`` rows folds each row's pieces in
+ascending order and picks the target (``_lse_fold_kernel``; the fold is
+element-wise, so its rows per program leave the bits alone).  On the CPU,
+whose interpreter pays per program, one program holds a whole row and walks
+its pieces itself (``SPLIT``).  Both use the same helpers, and the tests
+compare the two on the CPU.  (The GPU check's compile-only replay, on CPU
+tensors, applies each ``NAME_GPU``.)
 
 Backward contract (``token_logprobs_backward``): every row is its own: the
-row's log-sum-exp is recomputed in the forward's order (same lanes, same
-merge), then ``dlogits[i, j] = dout[i] * ([j == t_i] - exp(x_ij - lse_i))`` is
-written element by element.  No reduction crosses rows, so dlogits is batch
-invariant; it has the logits' dtype.  A row whose target is outside [0, V) gets
-NaN gradients.
+row's log-sum-exp is recomputed in the forward's order (same pieces, lanes,
+merges and fold), then ``dlogits[i, j] = dout[i] * ([j == t_i] - exp(x_ij -
+lse_i))`` is written element by element.  No reduction crosses rows, so dlogits
+is batch invariant; it has the logits' dtype.  A row whose target is outside
+[0, V) gets NaN gradients.
 """
 
 import torch
@@ -39,16 +43,15 @@ import triton
 import triton.language as tl
 
 BLOCK_V = 2048
+PIECE_CHUNKS = 2
 ROWS_PER_PROGRAM = 1
 NUM_WARPS = 8
-# The work distribution only (see the docstring): whether the forward takes two passes, and
-# the first pass's lanes and warps per program.
-TWO_PASS = False
-TWO_PASS_GPU = True
-LANES = 2048
-LANES_GPU = 128
-LANE_WARPS = 8
-LANE_WARPS_GPU = 1
+# The work distribution only (see the docstring): whether the forward splits a row's
+# pieces over programs, and the rows of a fold program.
+SPLIT = False
+SPLIT_GPU = True
+FOLD_ROWS = 128
+FOLD_WARPS = 4
 
 
 @triton.jit
@@ -61,12 +64,46 @@ def _lane_sum(run_sum, run_max, new_max, x):
 
 
 @triton.jit
-def _merge_rows(run_max, run_sum):
-    """The log-sum-exp of each row of (rows, BLOCK_V) lanes: one tl.max, one tl.sum."""
-    row_max = tl.max(run_max, axis=1)
-    safe_row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
-    total = tl.sum(run_sum * tl.exp(run_max - safe_row_max[:, None]), axis=1)
-    return safe_row_max + tl.log(total)
+def _piece(row_ptrs, row_ok, start, V, BLOCK_V: tl.constexpr, PIECE_CHUNKS: tl.constexpr, ROWS: tl.constexpr):
+    """The maximum and the sum of exponentials of each row's piece that begins at ``start``
+    ((rows, BLOCK_V) lanes: one tl.max, one tl.sum)."""
+    cols = tl.arange(0, BLOCK_V)
+    run_max = tl.full((ROWS, BLOCK_V), float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros((ROWS, BLOCK_V), dtype=tl.float32)
+    for k in tl.static_range(PIECE_CHUNKS):
+        c = start + k * BLOCK_V + cols
+        mask = row_ok[:, None] & (c < V)[None, :]
+        x = tl.load(row_ptrs + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, x)
+        run_sum = _lane_sum(run_sum, run_max, new_max, x)
+        run_max = new_max
+    piece_max = tl.max(run_max, axis=1)
+    safe_max = tl.where(piece_max == float("-inf"), 0.0, piece_max)
+    return piece_max, tl.sum(run_sum * tl.exp(run_max - safe_max[:, None]), axis=1)
+
+
+@triton.jit
+def _fold(acc_max, acc_sum, piece_max, piece_sum):
+    """The running (maximum, sum) after one more piece, both rescaled to the new maximum."""
+    new_max = tl.maximum(acc_max, piece_max)
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    return new_max, acc_sum * tl.exp(acc_max - safe_max) + piece_sum * tl.exp(piece_max - safe_max)
+
+
+@triton.jit
+def _lse(acc_max, acc_sum):
+    return tl.where(acc_max == float("-inf"), 0.0, acc_max) + tl.log(acc_sum)
+
+
+@triton.jit
+def _rows_lse(row_ptrs, row_ok, V, BLOCK_V: tl.constexpr, PIECE_CHUNKS: tl.constexpr, ROWS: tl.constexpr):
+    """Each row's log-sum-exp, its pieces walked by this program in ascending order."""
+    acc_max = tl.full((ROWS,), float("-inf"), dtype=tl.float32)
+    acc_sum = tl.zeros((ROWS,), dtype=tl.float32)
+    for start in range(0, V, PIECE_CHUNKS * BLOCK_V):
+        piece_max, piece_sum = _piece(row_ptrs, row_ok, start, V, BLOCK_V, PIECE_CHUNKS, ROWS)
+        acc_max, acc_sum = _fold(acc_max, acc_sum, piece_max, piece_sum)
+    return _lse(acc_max, acc_sum)
 
 
 @triton.jit
@@ -83,86 +120,51 @@ def _token_logprobs_kernel(
     M, V,
     stride_lm,
     BLOCK_V: tl.constexpr,
+    PIECE_CHUNKS: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     row_ok = rows < M
-    cols = tl.arange(0, BLOCK_V)
     row_ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_lm
-
-    run_max = tl.full((ROWS, BLOCK_V), float("-inf"), dtype=tl.float32)
-    run_sum = tl.zeros((ROWS, BLOCK_V), dtype=tl.float32)
-    for start in range(0, V, BLOCK_V):
-        c = start + cols
-        mask = row_ok[:, None] & (c < V)[None, :]
-        x = tl.load(row_ptrs + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
-        new_max = tl.maximum(run_max, x)
-        run_sum = _lane_sum(run_sum, run_max, new_max, x)
-        run_max = new_max
-    _pick(logits_ptr, targets_ptr, out_ptr, rows, row_ok, _merge_rows(run_max, run_sum), V, stride_lm)
+    lse = _rows_lse(row_ptrs, row_ok, V, BLOCK_V, PIECE_CHUNKS, ROWS)
+    _pick(logits_ptr, targets_ptr, out_ptr, rows, row_ok, lse, V, stride_lm)
 
 
 @triton.jit
-def _lse_lanes_kernel(
+def _lse_pieces_kernel(
     logits_ptr, max_ptr, sum_ptr,
-    V, width,
+    V, pieces,
     stride_lm,
     BLOCK_V: tl.constexpr,
-    LANES: tl.constexpr,
+    PIECE_CHUNKS: tl.constexpr,
 ):
-    # Lanes [g * LANES, (g + 1) * LANES) of one row, of the ``width`` that see an
-    # element: lane j walks the elements k * BLOCK_V + j, chunks in ascending order.
-    row = tl.program_id(0).to(tl.int64)
-    lanes = tl.program_id(1) * LANES + tl.arange(0, LANES)
-    lane_ok = lanes < width
-    row_ptr = logits_ptr + row * stride_lm
-    run_max = tl.full((LANES,), float("-inf"), dtype=tl.float32)
-    run_sum = tl.zeros((LANES,), dtype=tl.float32)
-    for start in range(0, V, BLOCK_V):
-        c = start + lanes
-        x = tl.load(row_ptr + c, mask=lane_ok & (c < V), other=float("-inf")).to(tl.float32)
-        new_max = tl.maximum(run_max, x)
-        run_sum = _lane_sum(run_sum, run_max, new_max, x)
-        run_max = new_max
-    tl.store(max_ptr + row * width + lanes, run_max, mask=lane_ok)
-    tl.store(sum_ptr + row * width + lanes, run_sum, mask=lane_ok)
+    # Piece p of one row, on the one-pass kernel's one-row tile.
+    rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    p = tl.program_id(1)
+    row_ptrs = logits_ptr + rows[:, None] * stride_lm
+    piece_max, piece_sum = _piece(row_ptrs, rows >= 0, p * (PIECE_CHUNKS * BLOCK_V), V, BLOCK_V, PIECE_CHUNKS, 1)
+    tl.store(max_ptr + rows * pieces + p, piece_max)
+    tl.store(sum_ptr + rows * pieces + p, piece_sum)
 
 
 @triton.jit
-def _lse_merge_kernel(
+def _lse_fold_kernel(
     logits_ptr, targets_ptr, out_ptr, max_ptr, sum_ptr,
-    M, V, width,
+    M, V, pieces,
     stride_lm,
-    BLOCK_V: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < M
-    lanes = tl.arange(0, BLOCK_V)
-    offs = rows.to(tl.int64)[:, None] * width + lanes[None, :]
-    seen = row_ok[:, None] & (lanes < width)[None, :]  # lanes past the width saw only -inf
-    run_max = tl.load(max_ptr + offs, mask=seen, other=float("-inf"))
-    run_sum = tl.load(sum_ptr + offs, mask=seen, other=0.0)
-    _pick(logits_ptr, targets_ptr, out_ptr, rows, row_ok, _merge_rows(run_max, run_sum), V, stride_lm)
-
-
-@triton.jit
-def _row_lse(row_ptr, V, BLOCK_V: tl.constexpr):
-    """One row's log-sum-exp, in the forward kernel's lane order."""
-    cols = tl.arange(0, BLOCK_V)
-    run_max = tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32)
-    run_sum = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for start in range(0, V, BLOCK_V):
-        c = start + cols
-        x = tl.load(row_ptr + c, mask=c < V, other=float("-inf")).to(tl.float32)
-        new_max = tl.maximum(run_max, x)
-        run_sum = _lane_sum(run_sum, run_max, new_max, x)
-        run_max = new_max
-    row_max = tl.max(run_max, axis=0)
-    safe_row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
-    return safe_row_max + tl.log(tl.sum(run_sum * tl.exp(run_max - safe_row_max), axis=0))
+    offs = rows.to(tl.int64) * pieces
+    acc_max = tl.full((ROWS,), float("-inf"), dtype=tl.float32)
+    acc_sum = tl.zeros((ROWS,), dtype=tl.float32)
+    for p in range(0, pieces):
+        piece_max = tl.load(max_ptr + offs + p, mask=row_ok, other=float("-inf"))
+        piece_sum = tl.load(sum_ptr + offs + p, mask=row_ok, other=0.0)
+        acc_max, acc_sum = _fold(acc_max, acc_sum, piece_max, piece_sum)
+    _pick(logits_ptr, targets_ptr, out_ptr, rows, row_ok, _lse(acc_max, acc_sum), V, stride_lm)
 
 
 @triton.jit
@@ -171,20 +173,21 @@ def _token_logprobs_bwd_kernel(
     V,
     stride_lm, stride_dm,
     BLOCK_V: tl.constexpr,
+    PIECE_CHUNKS: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    lse = _row_lse(logits_ptr + row * stride_lm, V, BLOCK_V)
-    t = tl.load(targets_ptr + row)
-    g = tl.load(dout_ptr + row).to(tl.float32)
+    rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    lse = _rows_lse(logits_ptr + rows[:, None] * stride_lm, rows >= 0, V, BLOCK_V, PIECE_CHUNKS, 1)
+    t = tl.load(targets_ptr + rows)
+    g = tl.load(dout_ptr + rows).to(tl.float32)
     g = tl.where((t >= 0) & (t < V), g, float("nan"))
     cols = tl.arange(0, BLOCK_V)
     for start in range(0, V, BLOCK_V):
         c = start + cols
-        mask = c < V
-        x = tl.load(logits_ptr + row * stride_lm + c, mask=mask, other=0.0).to(tl.float32)
-        onehot = tl.where(c == t, 1.0, 0.0)
-        d = g * (onehot - tl.exp(x - lse))
-        tl.store(dlogits_ptr + row * stride_dm + c, d.to(dlogits_ptr.dtype.element_ty), mask=mask)
+        mask = (c < V)[None, :]
+        x = tl.load(logits_ptr + rows[:, None] * stride_lm + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        onehot = tl.where(c[None, :] == t[:, None], 1.0, 0.0)
+        d = g[:, None] * (onehot - tl.exp(x - lse[:, None]))
+        tl.store(dlogits_ptr + rows[:, None] * stride_dm + c[None, :], d.to(dlogits_ptr.dtype.element_ty), mask=mask)
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -197,25 +200,22 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     targets = targets.contiguous()
     M, V = logits.shape
     out = torch.empty((M,), dtype=torch.float32, device=logits.device)
-    on_cpu = logits.device.type == "cpu"
-    rows = triton.cdiv(M, ROWS_PER_PROGRAM)
-    if not (TWO_PASS if on_cpu else TWO_PASS_GPU):  # one program holds a whole row
-        _token_logprobs_kernel[(rows,)](
+    if not (SPLIT if logits.device.type == "cpu" else SPLIT_GPU):  # one program holds a whole row
+        _token_logprobs_kernel[(triton.cdiv(M, ROWS_PER_PROGRAM),)](
             logits, targets, out, M, V, logits.stride(0),
-            BLOCK_V=BLOCK_V, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+            BLOCK_V=BLOCK_V, PIECE_CHUNKS=PIECE_CHUNKS, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
         )
         return out
-    lanes = LANES if on_cpu else LANES_GPU
-    width = min(V, BLOCK_V)  # the lanes that see an element
-    run_max = torch.empty((M, width), dtype=torch.float32, device=logits.device)
-    run_sum = torch.empty((M, width), dtype=torch.float32, device=logits.device)
-    _lse_lanes_kernel[(M, triton.cdiv(width, lanes))](
-        logits, run_max, run_sum, V, width, logits.stride(0),
-        BLOCK_V=BLOCK_V, LANES=lanes, num_warps=LANE_WARPS if on_cpu else LANE_WARPS_GPU,
+    pieces = triton.cdiv(V, PIECE_CHUNKS * BLOCK_V)
+    piece_max = torch.empty((M, pieces), dtype=torch.float32, device=logits.device)
+    piece_sum = torch.empty((M, pieces), dtype=torch.float32, device=logits.device)
+    _lse_pieces_kernel[(M, pieces)](
+        logits, piece_max, piece_sum, V, pieces, logits.stride(0),
+        BLOCK_V=BLOCK_V, PIECE_CHUNKS=PIECE_CHUNKS, num_warps=NUM_WARPS,
     )
-    _lse_merge_kernel[(rows,)](
-        logits, targets, out, run_max, run_sum, M, V, width, logits.stride(0),
-        BLOCK_V=BLOCK_V, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
+    _lse_fold_kernel[(triton.cdiv(M, FOLD_ROWS),)](
+        logits, targets, out, piece_max, piece_sum, M, V, pieces, logits.stride(0),
+        ROWS=FOLD_ROWS, num_warps=FOLD_WARPS,
     )
     return out
 
@@ -229,6 +229,6 @@ def token_logprobs_backward(logits: torch.Tensor, targets: torch.Tensor, dout: t
     dlogits = torch.empty_like(logits)
     _token_logprobs_bwd_kernel[(M,)](
         logits, targets, dout, dlogits, V, logits.stride(0), dlogits.stride(0),
-        BLOCK_V=BLOCK_V, num_warps=NUM_WARPS,
+        BLOCK_V=BLOCK_V, PIECE_CHUNKS=PIECE_CHUNKS, num_warps=NUM_WARPS,
     )
     return (dlogits,)
