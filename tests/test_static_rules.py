@@ -584,3 +584,46 @@ def run(x):
     messages = [v.message for v in check_source(source, "k.py") if v.rule == "size-switch"]
     assert any("*args" in m for m in messages), messages
     assert any("'n > 64'" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("piece, refused", [
+    ("tl.max(tl.load(x_ptr + start + offs, mask=start + offs < n, other=0.0), axis=0)", False),
+    ("n * 1.0", True),  # negative control: sizes alone reach the helper in the end
+])
+def test_a_helper_in_a_loop_is_judged_by_what_its_arguments_hold_once_settled(piece, refused) -> None:
+    """A first pass reads the call in the loop before the loop's loads reach its arguments, and
+    makes a context of sizes alone for the helper; no call makes that context once the analysis
+    settles, so it is not judged (logprobs' fold of its pieces was refused for it)."""
+    source = f'''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fold(acc, value):
+    return tl.maximum(acc, value)
+
+
+@triton.jit
+def _piece(x_ptr, offs, start, n):
+    return {piece}
+
+
+@triton.jit
+def _k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, n, BLOCK):
+        acc = _fold(acc, _piece(x_ptr, offs, start, n))
+    tl.store(y_ptr, acc)
+
+
+def run(x):
+    y = torch.empty((), dtype=torch.float32)
+    _k[(1,)](x, y, x.numel(), BLOCK=16)
+    return y
+'''
+    rules = {v.rule for v in check_source(source, "k.py")}
+    assert ("size-switch" in rules) is refused, rules
+    assert rules <= {"size-switch"}, rules

@@ -76,19 +76,22 @@ class Flow:
         self.local = {name: {n.id for node in ast.walk(fn) for target, _ in bindings(node)
                              for n in ast.walk(target) if isinstance(n, ast.Name)}
                       for name, fn in self.kernels.items()}
+        roots = []
         for name, fn in self.kernels.items():
             constexprs = ctx.constexprs(fn)
             # Launched, used as a value, or never called: every run-time parameter a size.
             if name in escaped or (name not in called and name not in combined.values()):
-                self._context(name, tuple(CONST if p in constexprs else SIZE for p in param_names(fn)))
+                roots.append(self._context(name, tuple(CONST if p in constexprs else SIZE for p in param_names(fn))))
         for name in set(combined.values()):
-            self._context(name, tuple(DATA for _ in param_names(self.kernels[name])))
+            roots.append(self._context(name, tuple(DATA for _ in param_names(self.kernels[name]))))
         self._memo: dict | None = None
+        self._live: list[Key] | None = None
         for _ in range(_ROUNDS):
             if not self._pass():
                 # Settled: from here on nothing changes, so each node of the file is worked out once
                 # (the rule asks for every node, and each answer walks the node's subtree).
                 self._memo, self._tree = {}, {id(n) for n in ctx.nodes}
+                self._live = self._reached(roots)
                 return
         raise TooComplex("the flow analysis did not settle")
 
@@ -102,7 +105,26 @@ class Flow:
         return key
 
     def contexts(self) -> list[Key]:
-        return list(self.env)
+        """Every context so far; once settled, only those the settled sources reach from the
+        launched kernels.  A pass can make a context from sources not yet complete (a helper
+        called in a loop before the loop's loads reach its arguments): no call makes it in the
+        end, and judged it would flag what no call passes."""
+        return list(self.env) if self._live is None else list(self._live)
+
+    def _reached(self, roots: list[Key]) -> list[Key]:
+        before = len(self.env)
+        seen, todo = set(roots), list(roots)
+        while todo:
+            key = todo.pop()
+            for node in ast.walk(self.kernels[key[0]]):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.kernels:
+                    callee = self._callee(key, node)
+                    if callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
+        if len(self.env) != before:  # a settled analysis makes no new context
+            raise TooComplex("the flow analysis did not settle")
+        return [k for k in self.env if k in seen]
 
     def _state(self) -> tuple:
         return (len(self.env), sum(len(k) for e in self.env.values() for k in e.values()),
@@ -135,6 +157,10 @@ class Flow:
 
     def _call(self, key: Key, call: ast.Call) -> frozenset:
         """A helper's return in the context its arguments make here."""
+        return self.returns[self._callee(key, call)]
+
+    def _callee(self, key: Key, call: ast.Call) -> Key:
+        """The context a call of a helper makes with its arguments here."""
         callee = call.func.id
         params = param_names(self.kernels[callee])
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -144,7 +170,7 @@ class Flow:
             passed = dict(zip(params, call.args))
             passed.update((k.arg, k.value) for k in call.keywords)
             signature = tuple(self.kinds(key, passed[p]) if p in passed else CONST for p in params)
-        return self.returns[self._context(callee, signature)]
+        return self._context(callee, signature)
 
     def kinds(self, key: Key, node: ast.AST) -> frozenset:
         """What ``node`` in the body of context ``key`` is computed from."""
