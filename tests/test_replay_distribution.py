@@ -21,6 +21,7 @@ def test_the_rmsnorm_seed_replays_with_its_gpu_backward_distribution():
     names = step.backward.__globals__
     assert names["BWD_ROWS_PER_PROGRAM"] == names["BWD_ROWS_PER_PROGRAM_GPU"] == 1
     assert names["DW_COMBINE_N"] == names["DW_COMBINE_N_GPU"] == 128
+    assert names["DW_COMBINE_WARPS"] == names["DW_COMBINE_WARPS_GPU"] == 1
     assert names["DW_BLOCK_N"] == 2048  # no GPU value: the same everywhere
     names = _entry(_spec("add_rmsnorm")).backward.__globals__
     assert names["DW_COMBINE_N"] == names["DW_COMBINE_N_GPU"] == 128

@@ -51,6 +51,11 @@ BWD_ROWS_PER_PROGRAM = 16
 BWD_ROWS_PER_PROGRAM_GPU = 1
 DW_COMBINE_N = 2048
 DW_COMBINE_N_GPU = 128
+# The combine's loads in flight ahead of its adds (a GPU's software pipeline), and one warp
+# a program on a GPU, so that each thread loads four columns at once (16 bytes).
+DW_COMBINE_STAGES = 32
+DW_COMBINE_WARPS = 4
+DW_COMBINE_WARPS_GPU = 1
 
 
 @triton.jit
@@ -173,26 +178,20 @@ def _rms_norm_dw_combine_kernel(
     part_ptr, dw_ptr,
     chunks, N,
     BLOCK: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     # The chunks' column sums added in ascending chunk order into one fp32
-    # accumulator per column, starting from 0.0.  Four chunks' loads are issued before
-    # their four adds (in order), so the chain of adds does not wait on one load at a time.
+    # accumulator per column, starting from 0.0.  On a GPU the loop is software
+    # pipelined: the loads of the next STAGES - 1 chunks are in flight (cp.async)
+    # while the adds go on in order, so the chain of adds does not wait on one load
+    # at a time; the interpreter ignores STAGES.
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     col_ok = cols < N
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     part = part_ptr + cols  # a pointer moved on by rows of N: 64-bit arithmetic
-    for start in range(0, chunks, 4):
-        left = tl.zeros((BLOCK,), dtype=tl.int32) + (chunks - start)  # chunks from this one on
-        has1, has2, has3 = left > 1, left > 2, left > 3
-        p0 = tl.load(part, mask=col_ok, other=0.0)
-        p1 = tl.load(part + N, mask=col_ok & has1, other=0.0)
-        p2 = tl.load(part + 2 * N, mask=col_ok & has2, other=0.0)
-        p3 = tl.load(part + 3 * N, mask=col_ok & has3, other=0.0)
-        acc += p0
-        acc = tl.where(has1, acc + p1, acc)
-        acc = tl.where(has2, acc + p2, acc)
-        acc = tl.where(has3, acc + p3, acc)
-        part += 4 * N
+    for _ in tl.range(0, chunks, num_stages=STAGES):
+        acc += tl.load(part, mask=col_ok, other=0.0)
+        part += N
     tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=col_ok)
 
 
@@ -220,6 +219,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, e
         ROW_CHUNK=row_chunk, BLOCK=DW_BLOCK_N, num_warps=NUM_WARPS,
     )
     _rms_norm_dw_combine_kernel[(triton.cdiv(N, combine),)](
-        part, dweight, chunks, N, BLOCK=combine, num_warps=NUM_WARPS,
+        part, dweight, chunks, N, BLOCK=combine, STAGES=DW_COMBINE_STAGES,
+        num_warps=DW_COMBINE_WARPS if on_cpu else DW_COMBINE_WARPS_GPU,
     )
     return dx, dweight
