@@ -54,12 +54,16 @@ def test_a_launch_compiles_for_sm90_and_runs_nothing(tmp_path):
             tiny.launch(x[:992], y[:992])     # n divisible by 16: another specialisation
             tiny.launch(x, y, block=256, warps=8)
         first = found[0]
+        with compile_only.recording() as wide:  # four floats a thread
+            tiny.launch(x, y, block=512)
+            tiny.launch(x[:992], y[:992], block=512)
         print(json.dumps({
             "untouched": bool((y == 0).all()),
             "grids": [l.grid for l in found], "warps": [l.num_warps for l in found],
             "compiled": [l.compiled_s > 0 for l in found], "variants": len({l.variant for l in found}),
             "arch": first.compiled.metadata.target.arch, "ptx": ".target sm_90" in first.compiled.asm["ptx"],
-            "resources": compile_only.resources(first)}))
+            "resources": compile_only.resources(first),
+            "loads": [compile_only.resources(l)["load_bytes"] for l in wide]}))
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -69,6 +73,9 @@ def test_a_launch_compiles_for_sm90_and_runs_nothing(tmp_path):
     assert facts["compiled"] == [True, False, True, True] and facts["variants"] == 3
     assert facts["arch"] == 90 and facts["ptx"]
     assert facts["resources"]["registers"] > 0 and facts["resources"]["spill_bytes"] == 0
+    # four floats a thread: 1000 is not divisible by 16, so the mask may change within them and
+    # each is a load of its own; 992 is, and they are one 16-byte load
+    assert facts["loads"] == [[4], [16]], facts["loads"]
 
 
 def test_compile_only_refuses_the_interpreter(tmp_path):

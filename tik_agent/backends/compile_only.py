@@ -180,11 +180,28 @@ def recording():
 _USED = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _STACK = re.compile(r"(\d+) bytes stack frame")
+_LOAD = re.compile(r"^\s*(?:@!?%?\w+\s+)?ld\.global((?:\.[\w:]+)*)", re.M)
+_ASYNC = re.compile(r"^\s*(?:@!?%?\w+\s+)?cp\.async\.\w+\.shared\.global(?:\.[\w:]+)*\s+\[[^]]*\],\s*\[[^]]*\],\s*(0x[0-9a-fA-F]+|\d+)", re.M)
+
+
+def load_widths(ptx: str) -> list[int]:
+    """The bytes one thread's global load instruction moves, each width the PTX uses (a load of
+    ``ld.global.v4.b32`` moves 16; ``cp.async`` copies to shared memory name their size)."""
+    widths = set()
+    for suffix in _LOAD.findall(ptx):
+        parts = suffix.split(".")
+        lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), 1)
+        bits = next((int(p[1:]) for p in parts if re.fullmatch(r"[bfsu]\d+", p)), 0)
+        if bits:
+            widths.add(lanes * bits // 8)
+    widths.update(int(n, 0) for n in _ASYNC.findall(ptx))
+    return sorted(widths)
 
 
 def resources(launch: Launch) -> dict:
     """Registers, spill bytes (stores) and stack frame of one compiled kernel, from ptxas -v
-    run on its PTX for the kernel's own architecture (Triton's bundled ptxas)."""
+    run on its PTX for the kernel's own architecture (Triton's bundled ptxas), and the widths
+    of its global loads (from the PTX)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     compiled = launch.compiled
@@ -202,4 +219,5 @@ def resources(launch: Launch) -> dict:
     return {"registers": int(used.group(1)) if used else None,
             "spill_bytes": int(spill.group(1)) if spill else 0,
             "stack_bytes": int(stack.group(1)) if stack else 0,
-            "shared_bytes": int(getattr(compiled.metadata, "shared", 0) or 0)}
+            "shared_bytes": int(getattr(compiled.metadata, "shared", 0) or 0),
+            "load_bytes": load_widths(compiled.asm["ptx"])}

@@ -235,10 +235,11 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None)
     report["steps"].sort(key=lambda r: steps.index(r["step"]))
     lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
               f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
-    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages |",
-              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages | load bytes |",
+              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
     lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
-              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} |" for k in report["kernels"]]
+              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} | "
+              f"{', '.join(map(str, k.get('load_bytes', []))) or '-'} |" for k in report["kernels"]]
     keys = {"seed", "cell", "kernel", "registers", "spill_bytes", "grid", "num_warps", "num_stages"}
     malformed = [k for k in report["kernels"] if not keys <= set(k) or not isinstance(k["grid"], list)]
     whole = not malformed and ("kernels" not in steps or bool(report["kernels"]))
