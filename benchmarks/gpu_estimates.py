@@ -63,7 +63,8 @@ def _logprobs(m: int, v: int, e: int, step: bool) -> tuple[float, list, str]:
     kernels = [("_lse_pieces_kernel", logits + scratch), ("_lse_fold_kernel", scratch)]
     if not step:
         return logits, kernels, "the pieces' scratch"
-    return 3 * logits, kernels + [("_token_logprobs_bwd_kernel", 2 * logits)], "the backward reads the logits again"
+    # the backward reads each row twice (its log-sum-exp, then the gradient) and writes dlogits
+    return 3 * logits, kernels + [("_token_logprobs_bwd_kernel", 3 * logits)], "the backward reads the logits twice"
 
 
 def _estimates(report: dict) -> list[dict]:
