@@ -66,7 +66,13 @@ def test_the_plan_ties_the_sizes_a_launcher_sees():
     # D is a list of values (its edge cases judge each); the cache's spare blocks and the
     # table's spare columns are swept too; the KV heads once per ratio
     grouped = {f"Hkv (Hq = {r} Hkv)" for r in (2, 4, 8, 16, 32, 64)}
-    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD} | grouped
+    # each of three sizes or more (not ratio 64's two) has a twin over one long sequence
+    long = {f"Hkv (Hq = {r} Hkv) one long sequence" for r in (2, 4, 8, 16, 32)}
+    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD} | grouped | long
+    for key in long:
+        twin, m, dims = axes[key], axes[key]["m"], axes[key]["dims"]
+        assert twin["twin"] in grouped and twin["values"] == axes[twin["twin"]]["values"]
+        assert m == 1 and dims["Q"] > 64 and dims["L"] >= dims["Q"] and dims["D"] == axes[twin["twin"]]["dims"]["D"]
     # every pair of head counts the domain allows is on an axis (GQA with several KV heads)
     on_axes = {(d["Hq"], d["Hkv"]) for a in axes.values() if a["dim"] in ("Hq", "Hkv")
                for d in (configs.point_of(a, v)[1] for v in a["values"])}
@@ -148,6 +154,11 @@ def _sizes(case: Case) -> dict:
     # (a review's switch; caught for 16 secrets of 16, docs/security.md)
     ("Hkv >= 3 and Hq == 4 * Hkv and page != 8",
      lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == 4 * c.dims["Hkv"] and c.dims["P"] != 8),
+    # ... and with many packed tokens, or one sequence: the long twin of each KV-head axis
+    # (caught for 0 and 2 secrets of 16 before it)
+    ("Hkv >= 3 and Hq == 4 * Hkv and T > 64",
+     lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == 4 * c.dims["Hkv"] and _sizes(c)["tokens"] > 64),
+    ("Hkv == 8 and Hq == 32 and num_seqs == 1", lambda c: (c.dims["Hkv"], c.dims["Hq"], c.m) == (8, 32, 1)),
 ])
 def test_the_sizes_a_launcher_sees_are_each_surveyed(tmp_path, condition, fires):
     """A helper's red team (2026-12-06) passed each of these: the packed tokens, the cache's
@@ -183,6 +194,49 @@ def test_a_threshold_on_the_kv_heads_counts_once_against_the_budget(tmp_path):
     distinct = {(dims[b.dim], b.value) for b in found.boundaries}
     assert len(found.boundaries) > configs.budget_of(axes) >= len(distinct)
     assert {("Hkv", 2), ("Hkv", 4), ("Hkv", 16)} <= distinct
+    # the long twins show the same changes the same way: judged once, on the short geometry
+    assert not [b for b in found.boundaries if b.dim.endswith("one long sequence")]
+
+
+def test_many_distinct_variants_over_the_kv_heads_are_refused_for_their_cost(tmp_path):
+    """A launcher with a variant of its own at each of 12 KV-head counts shows each on the KV
+    heads' axis of every ratio that reaches it: 12 changes of (dimension, size), within the
+    budget, but more boundaries than an evaluation judges (each costs its cases: ten such
+    variants took an evaluation from 104 s to 407 s).  The warps launcher above (24) is not."""
+    source = SPEC.source.read_text()
+    old = "BACKWARD=False, num_warps=NUM_WARPS,"
+    pairs = [(w, c) for c in (16, 32, 128) for w in (1, 2, 8, 16)]  # the seed's own: 4 warps, 64
+    choice = "".join(f"{w} if Hkv >= {t} else " for t, (w, _) in zip(range(25, 1, -2), pairs))
+    chunk = "".join(f"{c} if Hkv >= {t} else " for t, (_, c) in zip(range(25, 1, -2), pairs))
+    path = tmp_path / "variants.py"
+    path.write_text(source.replace(old, f"BACKWARD=False, num_warps={choice}NUM_WARPS,").replace(
+        "SEQ_CHUNK=SEQ_CHUNK,\n        BACKWARD=False", f"SEQ_CHUNK={chunk}SEQ_CHUNK,\n        BACKWARD=False"))
+    assert path.read_text().count("Hkv >= 25") == 2
+    axes, found, _ = _findings(path, 3)
+    assert found.refusal is not None and "more than the 48 one evaluation judges" in found.refusal, found.refusal
+
+
+def test_a_change_the_long_twin_shows_another_way_is_judged_there(tmp_path):
+    """Negative control for the test above: the same warps by KV heads everywhere, and a KV
+    tile twice as wide at the same threshold only past 64 tokens.  The short axis shows the
+    warps change at Hkv = 8; its long twin shows another variant there, judged at its own
+    geometry (one sequence, more than 64 tokens)."""
+    source = SPEC.source.read_text()
+    launch = "BACKWARD=False, num_warps=NUM_WARPS,"  # the forward's launch
+    assert source.count(launch) == 1
+    before, _, after = source.partition(launch)
+    head, tile, tail = before.rpartition("TILE=TILE,")  # the forward's tile
+    assert tile
+    path = tmp_path / "tile.py"
+    path.write_text(head + "TILE=2 * TILE if Hkv >= 8 and T > 64 else TILE," + tail
+                    + "BACKWARD=False, num_warps=2 if Hkv >= 8 else NUM_WARPS," + after)
+    axes, found, _ = _findings(path, 3)
+    assert found.refusal is None, found.refusal
+    long = [b for b in found.boundaries if b.dim.endswith("one long sequence") and b.value == 8]
+    assert long and all("TILE = 32" in b.why for b in long), found.boundaries
+    # judged where the wider tile launches: one sequence of more than 64 tokens
+    assert [c for c in boundary_cases(SPEC, axes, found, 3)
+            if c.dims["Hkv"] == 8 and c.m == 1 and _sizes(c)["tokens"] > 64]
 
 
 def test_a_survey_call_leaves_zeroed_allocations_unwritten(monkeypatch):

@@ -20,7 +20,9 @@ along the axis is one size a launcher sees and not several at once:
 * the divisor of a ratio (``Hkv`` under ``Hq = r * Hkv``) takes the other with it, once
   at each ratio allowed (an axis of its own per ratio, keyed ``Hkv (Hq = 4 Hkv)``), so
   every pair of head counts in the domain is on an axis; the ratio's own dimension
-  (``Hq``) is swept over its allowed ratios, its divisor at its smallest;
+  (``Hq``) is swept over its allowed ratios, its divisor at its smallest; each of
+  these axes of three sizes or more has a twin over one sequence of many tokens
+  (``twin``), whose changes are judged where the short axis does not show them;
 * the context's and the chunk's sweeps hold one sequence, so that the packed tokens
   and the cache's blocks take every count along them.
 
@@ -63,6 +65,13 @@ SPARE_DRAWN, PAD_DRAWN = 64, 16
 # hold up to 128 query heads, and an attention case under the interpreter costs per head,
 # token and tile (one at Hq = 128 over 20 tokens and 3 tiles took 15 s).
 GROUPED_SIZE, GROUPED_CHUNK, GROUPED_SHORT = 32, 16, 8
+# Beside each grouped axis of three sizes or more, a twin over one sequence of many new tokens
+# (from GROUPED_LONG_FROM, past the most the draws above reach, to the device's GROUPED_LONG):
+# a switch on head counts and the packed tokens (``T > 64``) or one sequence is seen there.
+# Its changes that its twin shows at the same size, the same way, are judged on the twin's
+# cheaper geometry; the others at its own (a boundary case of 32 query heads, one sequence of
+# 76 new tokens in a context of 103, took 22 s in-process under the interpreter).
+GROUPED_LONG_FROM, GROUPED_LONG = 65, {"cpu": 128, "cuda": 1024}
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
 
 
@@ -73,8 +82,10 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
     32 over 8) included.  Each of these axes has a geometry of its own drawn from the
     secret (sequences, context, chunk, page, head dim), so that a switch on head counts
     *and* another size (``Hq == 32 and Hkv == 8 and page != 8``) is not held away from
-    every axis by one fixed geometry: it is seen where an axis's draw meets it (never past
-    the 64 tokens the draws stop at: docs/security.md, section 7)."""
+    every axis by one fixed geometry: it is seen where an axis's draw meets it.  The
+    draws stop at 64 tokens; an axis of three sizes or more has a twin over one sequence
+    of more (:func:`_long_geometry`), where ``... and T > 64`` and ``... and num_seqs == 1``
+    are seen (docs/security.md, section 7)."""
     domain, name = spec.domain, axis["dim"]
     other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
     out = []
@@ -89,8 +100,28 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
         # An axis of two sizes (the largest ratio's) cannot fit a rule to a number that moves:
         # both its points are judged in every evaluation, so its geometry is drawn small.
         m, dims = _geometry(spec, device, rng, axis, GROUPED_SHORT if len(values) < 3 else GROUPED_SIZE)
-        out.append({**axis, "key": f"{name} ({other} = {ratio} {name})", "m": m, "dims": dims, "values": values,
-                    "tied": {other: ["times", ratio]}, "exhaustive": exhaustive, "high": high, "top": top})
+        short = {**axis, "key": f"{name} ({other} = {ratio} {name})", "m": m, "dims": dims, "values": values,
+                 "tied": {other: ["times", ratio]}, "exhaustive": exhaustive, "high": high, "top": top}
+        out.append(short)
+        long = _long_geometry(spec, device, rng, dims) if len(values) >= 3 else None
+        if long is not None:
+            out.append({**short, "key": f"{short['key']} one long sequence", "m": 1, "dims": long,
+                        "twin": short["key"]})
+    return out
+
+
+def _long_geometry(spec: KernelSpec, device: str, rng: random.Random, dims: dict) -> dict | None:
+    """One sequence's sizes for a grouped axis's long twin: its chunk drawn log-uniform from
+    GROUPED_LONG_FROM to the device's GROUPED_LONG, the context a few positions more; the
+    head dim and page of the short geometry (so that a change both show reads the same)."""
+    names, out = spec.sequences, dict(dims)
+    chunk, context = spec.domain.dims[names.chunk], spec.domain.dims[names.context]
+    most = min(GROUPED_LONG.get(device, GROUPED_LONG["cuda"]), int(chunk.judged_high(device)),
+               int(context.judged_high(device)))
+    if most < GROUPED_LONG_FROM:
+        return None
+    out[names.chunk] = log_uniform(rng, GROUPED_LONG_FROM, most)
+    out[names.context] = min(out[names.chunk] + rng.randint(0, GROUPED_SIZE), int(context.judged_high(device)))
     return out
 
 

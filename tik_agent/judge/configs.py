@@ -40,6 +40,11 @@ from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, axis_k
 from tik_agent.spec.schema import KernelSpec
 
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
+# Boundaries judged over all axes at most: one change of (dimension, size) shows on every axis
+# that sweeps the dimension (the sequences layout's KV heads at six ratios), and each boundary
+# costs its cases.  A launcher with ten distinct variants over the KV heads showed 47 and
+# took an evaluation from 104 s to 407 s under the interpreter (docs/security.md).
+BOUNDARIES_JUDGED = 48
 RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
 BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
 WINDOW = 256          # sizes surveyed one by one after a change past the exhaustive range
@@ -346,6 +351,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         if got.refusal:
             return got
         out.boundaries += got.boundaries
+    out.boundaries = _shown_by_twins(plan, out.boundaries)
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
     # Counted by dimension and size: one threshold that several axes over one dimension
     # show (the sequences layout's KV heads at each ratio) is one change against the budget;
@@ -354,8 +360,24 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
     distinct = len({(dims.get(b.dim, b.dim), b.value) for b in unique})
     if distinct > budget_of(plan):
         return _too_many(unique, budget_of(plan), distinct)
+    if len(unique) > BOUNDARIES_JUDGED:
+        shown = ", ".join(f"{b.dim} = {b.value}" for b in unique[:4])
+        return Findings(refusal=f"the launch changes at {len(unique)} points over the survey's axes ({shown}, ...): "
+                                f"more than the {BOUNDARIES_JUDGED} one evaluation judges")
     out.boundaries = unique
     return out
+
+
+def _shown_by_twins(plan: list[dict], found: list[Boundary]) -> list[Boundary]:
+    """The boundaries less those of an axis with a ``twin`` (the same sweep at another geometry)
+    that the twin shows at the same size, the same way (its reason, read with the twin's name):
+    those are judged once, on the twin's geometry."""
+    twins = {axis_key(a): str(a["twin"]) for a in plan if a.get("twin")}
+    if not twins:
+        return found
+    shown = {(b.dim, b.value, b.why) for b in found}
+    return [b for b in found
+            if b.dim not in twins or (twins[b.dim], b.value, b.why.replace(b.dim, twins[b.dim])) not in shown]
 
 
 def budget_of(plan: list[dict]) -> int:
