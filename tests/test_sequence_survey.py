@@ -198,6 +198,27 @@ def test_a_threshold_on_the_kv_heads_counts_once_against_the_budget(tmp_path):
     assert not [b for b in found.boundaries if b.dim.endswith("one long sequence")]
 
 
+@pytest.mark.parametrize("ratio", [4, 32])
+def test_a_twin_that_starts_with_another_variant_is_judged_at_its_start(tmp_path, ratio):
+    """No change along the twin shows a switch that fires along the whole of it (a ratio's
+    every head count, many tokens), so a start that launches another variant than its short
+    axis's is a boundary of its own, judged at the twin's geometry.  The seed's twins start
+    as their short axes do (its survey's count above)."""
+    source = SPEC.source.read_text()
+    launch = "BACKWARD=False, num_warps=NUM_WARPS,"
+    before, _, after = source.partition(launch)
+    head, tile, tail = before.rpartition("TILE=TILE,")
+    assert tile
+    path = tmp_path / "start.py"
+    path.write_text(head + f"TILE=2 * TILE if T > 64 and Hq == {ratio} * Hkv else TILE," + tail
+                    + launch + after)
+    axes, found, _ = _findings(path, 3)
+    assert found.refusal is None, found.refusal
+    cases = [c for c in boundary_cases(SPEC, axes, found, 3)
+             if (c.dims["Hkv"], c.dims["Hq"], c.m) == (1, ratio, 1) and _sizes(c)["tokens"] > 64]
+    assert cases, found.boundaries
+
+
 def test_many_distinct_variants_over_the_kv_heads_are_refused_for_their_cost(tmp_path):
     """A launcher with a variant of its own at each of 12 KV-head counts shows each on the KV
     heads' axis of every ratio that reaches it: 12 changes of (dimension, size), within the

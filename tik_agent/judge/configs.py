@@ -351,7 +351,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         if got.refusal:
             return got
         out.boundaries += got.boundaries
-    out.boundaries = _shown_by_twins(plan, out.boundaries)
+    out.boundaries = _shown_by_twins(plan, out.boundaries) + _twin_starts(plan, points)
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
     # Counted by dimension and size: one threshold that several axes over one dimension
     # show (the sequences layout's KV heads at each ratio) is one change against the budget;
@@ -378,6 +378,32 @@ def _shown_by_twins(plan: list[dict], found: list[Boundary]) -> list[Boundary]:
     shown = {(b.dim, b.value, b.why) for b in found}
     return [b for b in found
             if b.dim not in twins or (twins[b.dim], b.value, b.why.replace(b.dim, twins[b.dim])) not in shown]
+
+
+def _variant(point) -> tuple | None:
+    """The kernel variant a surveyed point launches (its structure, constexprs and options)."""
+    if point is None or point[0] == SKIPPED or point[0].startswith(RAISED):
+        return None
+    labels = structure_labels(point[0])
+    return point[0], tuple(n for label, n in zip(labels, point[1]) if is_variant(label))
+
+
+def _twin_starts(plan: list[dict], points: dict) -> list[Boundary]:
+    """A twin's first size where it launches another kernel variant than its short axis's first
+    (``T > 64 and Hkv == 1``): no change along the twin shows it, so it is a boundary of its
+    own, judged at the twin's geometry.  One variant is judged once, at the twin of fewest
+    query heads that starts with it."""
+    out, seen = [], set()
+    for axis in sorted((a for a in plan if a.get("twin")), key=lambda a: [t[1] for t in a["tied"].values()]):
+        low, key = min(axis["values"]), axis_key(axis)
+        start = _variant(points.get(key, {}).get(low))
+        if start is None or start == _variant(points.get(str(axis["twin"]), {}).get(low)) or start in seen:
+            continue
+        seen.add(start)
+        labels = [label for label in structure_labels(start[0]) if is_variant(label)]
+        out.append(Boundary(key, low, f"another kernel variant than {axis['twin']} at its start (" +
+                            ", ".join(f"{label} = {n}" for label, n in zip(labels, start[1])) + ")"))
+    return out
 
 
 def budget_of(plan: list[dict]) -> int:
