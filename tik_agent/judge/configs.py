@@ -37,6 +37,8 @@ from typing import Callable, Mapping
 
 from tik_agent.judge.config_sequences import survey_plan as sequences_plan
 from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, axis_key, point_of, rows_plan  # noqa: F401 - the survey's vocabulary
+from tik_agent.judge.survey_record import RAISED, SKIPPED, Boundary, is_variant, structure_labels  # noqa: F401 - the record's vocabulary
+from tik_agent.judge.survey_twins import shown_by_twins, twin_starts
 from tik_agent.spec.schema import KernelSpec
 
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
@@ -49,9 +51,6 @@ RUN_MIN = 3           # evenly spaced (or doubling) changes that make a run
 BYTE_CAP = {"cpu": 4 << 30, "cuda": 1 << 30}  # inputs of one survey call (on the CPU: address space)
 WINDOW = 256          # sizes surveyed one by one after a change past the exhaustive range
 
-SKIPPED = "skipped"   # the structure of a size whose inputs passed the byte cap (not called)
-RAISED = '["raised"'  # how the structure of a call that raised begins
-
 Lookup = Callable[[int], "tuple[str, tuple[int, ...]] | None"]
 
 
@@ -61,13 +60,6 @@ class Unlocated(Exception):
 
 class Refused(Exception):
     """A point of the record the analysis refuses outright."""
-
-
-@dataclass(frozen=True)
-class Boundary:
-    dim: str
-    value: int   # the first size of the new configuration
-    why: str
 
 
 @dataclass
@@ -140,16 +132,6 @@ def _changes(dim: str, values: list[int], lookup: Lookup) -> list[Boundary]:
             segment = []
         segment.append(v)
     return out + _numeric(dim, segment, lookup, variants)
-
-
-def is_variant(label: str) -> bool:
-    """Whether a number of a structure is part of the kernel variant (a constexpr or an option)."""
-    return label.startswith(("constexpr ", "option "))
-
-
-def structure_labels(structure: str) -> list[str]:
-    """The label of each number of a structure, in order ("constexpr BLOCK", "option num_warps", "grid", "M")."""
-    return [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
 
 
 def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> list[Boundary]:
@@ -351,7 +333,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         if got.refusal:
             return got
         out.boundaries += got.boundaries
-    out.boundaries = _shown_by_twins(plan, out.boundaries) + _twin_starts(plan, points)
+    out.boundaries = shown_by_twins(plan, out.boundaries) + twin_starts(plan, points)
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
     # Counted by dimension and size: one threshold that several axes over one dimension
     # show (the sequences layout's KV heads at each ratio) is one change against the budget;
@@ -365,44 +347,6 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         return Findings(refusal=f"the launch changes at {len(unique)} points over the survey's axes ({shown}, ...): "
                                 f"more than the {BOUNDARIES_JUDGED} one evaluation judges")
     out.boundaries = unique
-    return out
-
-
-def _shown_by_twins(plan: list[dict], found: list[Boundary]) -> list[Boundary]:
-    """The boundaries less those of an axis with a ``twin`` (the same sweep at another geometry)
-    that the twin shows at the same size, the same way (its reason, read with the twin's name):
-    those are judged once, on the twin's geometry."""
-    twins = {axis_key(a): str(a["twin"]) for a in plan if a.get("twin")}
-    if not twins:
-        return found
-    shown = {(b.dim, b.value, b.why) for b in found}
-    return [b for b in found
-            if b.dim not in twins or (twins[b.dim], b.value, b.why.replace(b.dim, twins[b.dim])) not in shown]
-
-
-def _variant(point) -> tuple | None:
-    """The kernel variant a surveyed point launches (its structure, constexprs and options)."""
-    if point is None or point[0] == SKIPPED or point[0].startswith(RAISED):
-        return None
-    labels = structure_labels(point[0])
-    return point[0], tuple(n for label, n in zip(labels, point[1]) if is_variant(label))
-
-
-def _twin_starts(plan: list[dict], points: dict) -> list[Boundary]:
-    """A twin's first size where it launches another kernel variant than its short axis's first
-    (``T > 64 and Hkv == 1``): no change along the twin shows it, so it is a boundary of its
-    own, judged at the twin's geometry.  One variant is judged once, at the twin of fewest
-    query heads that starts with it."""
-    out, seen = [], set()
-    for axis in sorted((a for a in plan if a.get("twin")), key=lambda a: [t[1] for t in a["tied"].values()]):
-        low, key = min(axis["values"]), axis_key(axis)
-        start = _variant(points.get(key, {}).get(low))
-        if start is None or start == _variant(points.get(str(axis["twin"]), {}).get(low)) or start in seen:
-            continue
-        seen.add(start)
-        labels = [label for label in structure_labels(start[0]) if is_variant(label)]
-        out.append(Boundary(key, low, f"another kernel variant than {axis['twin']} at its start (" +
-                            ", ".join(f"{label} = {n}" for label, n in zip(labels, start[1])) + ")"))
     return out
 
 
