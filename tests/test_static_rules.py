@@ -627,3 +627,41 @@ def run(x):
     rules = {v.rule for v in check_source(source, "k.py")}
     assert ("size-switch" in rules) is refused, rules
     assert rules <= {"size-switch"}, rules
+
+
+@pytest.mark.parametrize("first, refused", [
+    ("g = n", True),                                  # sizes alone at one binding, data at the other
+    ("g = tl.load(x_ptr + offs + 1, mask=offs < n)", False),  # negative control: data at both
+])
+def test_a_name_rebound_from_sizes_to_data_is_refused_when_a_helper_tests_it(first, refused) -> None:
+    """A name holds all its bindings, so a helper given it sees sizes and data at once and its
+    test looks like one on data; the first pass's context of sizes alone, which used to flag
+    it, is no longer judged (893a1c8), so passing such a name to a helper counts as testing it
+    (a red team's S1: ``gx = num_heads; _is(gx, 32); gx = tl.load(...)``)."""
+    source = f'''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _is(x, want):
+    return tl.where(x == want, 1.0, 0.0)
+
+
+@triton.jit
+def _k(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    {first}
+    flag = _is(g, 32)
+    g = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(x_ptr + offs, g * flag, mask=offs < n)
+
+
+def run(x):
+    _k[(1,)](x, x.numel(), BLOCK=16)
+    return x
+'''
+    rules = {v.rule for v in check_source(source, "k.py")}
+    assert ("size-switch" in rules) is refused, rules
+    assert rules <= {"size-switch"}, rules

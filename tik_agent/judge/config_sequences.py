@@ -88,7 +88,7 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
     are seen (docs/security.md, section 7)."""
     domain, name = spec.domain, axis["dim"]
     other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
-    out = []
+    out, listed = [], None  # the twins' listed dimensions (the head dim): the first twin's for all
     for ratio in sorted(allowed)[1:]:
         high = min(int(domain.dims[name].judged_high(device)), int(domain.dims[other].judged_high(device)) // ratio)
         top = min(int(domain.dims[name].high), int(domain.dims[other].high) // ratio)
@@ -105,6 +105,9 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
         out.append(short)
         long = _long_geometry(spec, device, rng, dims) if len(values) >= 3 else None
         if long is not None:
+            # one head dim for every twin, so that a change of variants several show is judged once
+            listed = listed or {n: long[n] for n, span in domain.dims.items() if span.values}
+            long.update(listed)
             out.append({**short, "key": f"{short['key']} one long sequence", "m": 1, "dims": long,
                         "twin": short["key"]})
     return out
@@ -112,8 +115,8 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
 
 def _long_geometry(spec: KernelSpec, device: str, rng: random.Random, dims: dict) -> dict | None:
     """One sequence's sizes for a grouped axis's long twin: its chunk drawn log-uniform from
-    GROUPED_LONG_FROM to the device's GROUPED_LONG, the context a few positions more; the
-    head dim and page of the short geometry (so that a change both show reads the same)."""
+    GROUPED_LONG_FROM to the device's GROUPED_LONG, the context a few positions more, the
+    page of the short geometry."""
     names, out = spec.sequences, dict(dims)
     chunk, context = spec.domain.dims[names.chunk], spec.domain.dims[names.context]
     most = min(GROUPED_LONG.get(device, GROUPED_LONG["cuda"]), int(chunk.judged_high(device)),

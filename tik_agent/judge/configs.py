@@ -333,7 +333,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         if got.refusal:
             return got
         out.boundaries += got.boundaries
-    out.boundaries = shown_by_twins(plan, out.boundaries) + twin_starts(plan, points)
+    out.boundaries = shown_by_twins(plan, out.boundaries, points) + twin_starts(plan, points)
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
     # Counted by dimension and size: one threshold that several axes over one dimension
     # show (the sequences layout's KV heads at each ratio) is one change against the budget;

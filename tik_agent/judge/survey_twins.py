@@ -2,8 +2,8 @@
 
 Each KV-head axis of three sizes or more has a twin over one sequence of many new tokens
 (:mod:`tik_agent.judge.config_sequences`, an axis with ``twin``: its short axis's key).
-A change the twin shows at the same size and the same way as its short axis is judged
-once, on the short axis's cheaper geometry; a twin whose first size launches another
+Every change on a twin is judged at the twin's geometry, one change of kernel variants
+once (at the twin of fewest query heads); a twin whose first size launches another
 kernel variant than its short axis's shows no change along it, so that size is a
 boundary of its own."""
 
@@ -15,15 +15,31 @@ from tik_agent.judge.survey_axes import axis_key
 from tik_agent.judge.survey_record import RAISED, SKIPPED, Boundary, is_variant, structure_labels
 
 
-def shown_by_twins(plan: list[dict], found: list[Boundary]) -> list[Boundary]:
-    """The boundaries less those of a twin that its short axis shows at the same size, the
-    same way (its reason, read with the short axis's name): those are judged once, there."""
-    twins = {axis_key(a): str(a["twin"]) for a in plan if a.get("twin")}
-    if not twins:
+def shown_by_twins(plan: list[dict], found: list[Boundary], points: Mapping) -> list[Boundary]:
+    """The boundaries less a twin's that another twin of fewer query heads shows as the same
+    launch change: the same kernel variants (structure, constexprs and options) on both sides.
+    Every other change on a twin is judged at its geometry, even one its short axis shows: a
+    variant judged on short contexts only may differ there alone (a wider KV tile over 16
+    positions or fewer gives the seed's bits), and a reason's text does not tell two launches
+    apart (red team, 2026-12-06)."""
+    axes = {axis_key(a): a for a in plan if a.get("twin")}
+    if not axes:
         return found
-    shown = {(b.dim, b.value, b.why) for b in found}
-    return [b for b in found
-            if b.dim not in twins or (twins[b.dim], b.value, b.why.replace(b.dim, twins[b.dim])) not in shown]
+
+    def heads(b: Boundary) -> int:
+        return b.value * max([int(t[1]) for t in axes[b.dim]["tied"].values()] or [1])
+
+    kept, seen = [b for b in found if b.dim not in axes], set()
+    for b in sorted((b for b in found if b.dim in axes), key=lambda b: (heads(b), b.dim, b.value)):
+        at = points.get(b.dim, {})
+        before = [v for v in sorted(axes[b.dim]["values"]) if v < b.value]
+        change = (_variant(at.get(before[-1])) if before else None, _variant(at.get(b.value)))
+        if change[0] == change[1] or None in change:  # a number's change, or a point not recorded
+            kept.append(b)
+        elif change not in seen:
+            seen.add(change)
+            kept.append(b)
+    return kept
 
 
 def twin_starts(plan: list[dict], points: Mapping) -> list[Boundary]:

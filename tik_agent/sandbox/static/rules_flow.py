@@ -108,6 +108,11 @@ def _reused(flow: Flow, key: Key) -> Iterator[tuple[ast.AST, str]]:
     tested = {n.id for node in ast.walk(fn) if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Compare, ast.BoolOp))
               for n in ast.walk(node.test if isinstance(node, (ast.If, ast.While, ast.IfExp)) else node)
               if isinstance(n, ast.Name)}
+    # A helper may test its parameter: a name passed to one counts as tested (its context holds
+    # all the name's bindings, so the helper's test would look like one on data).
+    tested |= {n.id for node in ast.walk(fn) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and node.func.id in flow.kernels
+               for arg in [*node.args, *(k.value for k in node.keywords)] for n in ast.walk(arg) if isinstance(n, ast.Name)}
     for name in sorted(sizes.keys() & other.keys() & tested):
         yield other[name], f"rebinds '{name}', which holds run-time arguments alone elsewhere, to an index or data:"
 
