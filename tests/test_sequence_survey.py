@@ -284,3 +284,44 @@ def test_a_survey_call_leaves_zeroed_allocations_unwritten(monkeypatch):
     with hostops.watching():  # a judged call: zeros are zeros
         z = torch.zeros(1000)
     assert not routed and torch.count_nonzero(z) == 0
+
+
+R4 = "Hkv >= 8 and Hq == 4 * Hkv"
+FORWARD_TILE = ("TILE=TILE,\n        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, "
+                "triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,\n        BACKWARD=False")
+# A red team's launchers against the twins' first dedupe (2026-12-06), kept as patches of the
+# seed (a list of (old, new), each old once in the seed): each missed 8 of 8 secrets then.
+RED_TEAM = {
+    # a grid rank added at Hkv = 8 everywhere: the short axis and the twin gave the same reason
+    "grid rank": [("    grid = (T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))\n",
+                   f"    grid = (T // BLOCK_Q + num_seqs, Hkv * triton.cdiv(group, HEADS_PER_PROGRAM))"
+                   f" + ((1,) if {R4} else ())\n"),
+                  (FORWARD_TILE, f"TILE=2 * TILE if T > 64 and {R4} else " + FORWARD_TILE[5:])],
+    # a tile twice as wide: the seed's bits on contexts of 16 or fewer, where the short axis judged it
+    "wide tile": [(FORWARD_TILE, f"TILE=2 * TILE if {R4} else " + FORWARD_TILE[5:])],
+    # a bool constexpr the reason did not list
+    "bool constexpr": [("    BACKWARD: tl.constexpr,\n):", "    BACKWARD: tl.constexpr,\n    LONG: tl.constexpr = False,\n"
+                        "    SEL: tl.constexpr = 0,\n):"),
+                       ("        p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)\n",
+                        "        p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)\n        if LONG and SEL == 1:\n"
+                        "            p = tl.where(sees, tl.exp2((s - m_new[:, None]) * 1.4426950408889634), p)\n"),
+                       ("BACKWARD=False, num_warps=NUM_WARPS,",
+                        f"BACKWARD=False, LONG=bool(T > 64 and Hq == 4 * Hkv), SEL=1 if {R4} else 0, num_warps=NUM_WARPS,")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RED_TEAM))
+def test_the_red_teams_launchers_against_the_twins_are_judged_where_they_switch(tmp_path, name):
+    source = SPEC.source.read_text()
+    for old, new in RED_TEAM[name]:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / "red.py"
+    path.write_text(source)
+    for secret in (1, 2):
+        axes, found, _ = _findings(path, secret)
+        assert found.refusal is None, found.refusal
+        hits = [c for c in boundary_cases(SPEC, axes, found, secret)
+                if c.dims["Hkv"] >= 8 and c.dims["Hq"] == 4 * c.dims["Hkv"] and c.dims["L"] > 16
+                and (name == "wide tile" or _sizes(c)["tokens"] > 64)]
+        assert hits, (secret, found.boundaries)
