@@ -128,9 +128,24 @@ step probes 45 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 
 # --graphs: on the GPU the default (CUDA-graph replay decides); in the rehearsal the eager
 # stand-in runs the same phase (slots, refills, per-replay checks) on the interpreter.
+# A seed timed against itself measures; it does not compete.  Under load (CI runs another lane
+# beside this one) one cell can come out "slower" beyond the noise: the step still passes, and
+# the table and the log show it.  Every other outcome but passed fails the step.
+eval_self() {
+  local seed=$1 json=$WORK/eval-$1.json
+  "$PY" -m tik_agent eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
+    --device "$DEVICE" --rounds 5 --graphs --json > "$json"
+  local rc=$?
+  if [ $rc = 1 ] && "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["outcome"] != "slower")' "$json"; then
+    echo "eval-$seed: the seed against itself came out slower: timer noise, not a failed check"
+    return 0
+  fi
+  return $rc
+}
+export -f eval_self
+export WORK DEVICE
 for seed in rmsnorm logprobs matmul; do
-  step "eval-$seed" 40 "${TIK[@]}" eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
-    --device "$DEVICE" --rounds 5 --graphs --json > "$WORK/eval-$seed.json"
+  step "eval-$seed" 40 bash -c 'eval_self "$1"' _ "$seed"
 done
 "$PY" "$STEPS" summarise "$OUT" --evals "$WORK"
 
