@@ -66,14 +66,22 @@ def test_the_plan_ties_the_sizes_a_launcher_sees():
     # D is a list of values (its edge cases judge each); the cache's spare blocks and the
     # table's spare columns are swept too; the KV heads once per ratio
     grouped = {f"Hkv (Hq = {r} Hkv)" for r in (2, 4, 8, 16, 32, 64)}
-    # each of three sizes or more (not ratio 64's two) has a twin over one long sequence
-    long = {f"Hkv (Hq = {r} Hkv) one long sequence" for r in (2, 4, 8, 16, 32)}
-    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD} | grouped | long
+    # each of three sizes or more (not ratio 64's two; MHA's too) has a twin over one long
+    # sequence, and each twin a bridge: the chunk swept at its first head counts
+    long = {f"Hkv (Hq = {r} Hkv) one long sequence" for r in (2, 4, 8, 16, 32)} | {"Hkv one long sequence"}
+    bridges = {f"Q ({key[:-len(' one long sequence')]} at its first size)" for key in long}
+    assert set(axes) == {"M", "Hq", "Hkv", "L", "Q", "P", SPARE, PAD} | grouped | long | bridges
     for key in long:
         twin, m, dims = axes[key], axes[key]["m"], axes[key]["dims"]
-        assert twin["twin"] in grouped and twin["values"] == axes[twin["twin"]]["values"]
+        assert twin["twin"] in grouped | {"Hkv"} and twin["values"] == axes[twin["twin"]]["values"]
         assert m == 1 and dims["Q"] > 64 and dims["L"] >= dims["Q"]
-    assert len({axes[key]["dims"]["D"] for key in long}) == 1  # one head dim for every twin
+        bridge = axes[f"Q ({twin['twin']} at its first size)"]
+        first = configs.point_of(twin, min(twin["values"]))
+        assert configs.point_of(bridge, dims["Q"]) == first  # the bridge ends where the twin starts
+        assert bridge["values"] == list(range(1, dims["Q"] + 1)) and bridge["m"] == 1
+        assert {configs.point_of(bridge, v)[1]["L"] for v in bridge["values"]} == {dims["L"]}
+    # one head dim for every twin and bridge: the chunk's own axis's
+    assert {axes[key]["dims"]["D"] for key in long | bridges} == {axes["Q"]["dims"]["D"]}
     # every pair of head counts the domain allows is on an axis (GQA with several KV heads)
     on_axes = {(d["Hq"], d["Hkv"]) for a in axes.values() if a["dim"] in ("Hq", "Hkv")
                for d in (configs.point_of(a, v)[1] for v in a["values"])}
@@ -325,3 +333,52 @@ def test_the_red_teams_launchers_against_the_twins_are_judged_where_they_switch(
                 if c.dims["Hkv"] >= 8 and c.dims["Hq"] == 4 * c.dims["Hkv"] and c.dims["L"] > 16
                 and (name == "wide tile" or _sizes(c)["tokens"] > 64)]
         assert hits, (secret, found.boundaries)
+
+
+BUMP = [("    BACKWARD: tl.constexpr,\n):", "    BACKWARD: tl.constexpr,\n    bump=0,\n):"),
+        ("        p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)\n",
+         "        p = tl.where(sees, tl.exp(s - m_new[:, None]), 0.0)\n        if bump != 0:\n"
+         "            p = tl.where(sees, tl.exp2((s - m_new[:, None]) * 1.4426950408889634), p)\n")]
+# What the twins alone missed (red team, 2026-12-06; in-process over 6 secrets), each a patch
+# of the seed, and where it fires.
+MISSED = {
+    # a run-time integer constant along a whole twin (judged 2 of 6, by chance): the bridge
+    "run-time integer": (BUMP + [("BACKWARD=False, num_warps=NUM_WARPS,",
+                                  "BACKWARD=False, bump=int(T > 64 and Hq == 4 * Hkv), num_warps=NUM_WARPS,")],
+                         lambda c: c.dims["Hq"] == 4 * c.dims["Hkv"] and _sizes(c)["tokens"] > 64),
+    # MHA with many tokens, or one sequence (0 of 6): the MHA axis's twin
+    "MHA tokens": ([(FORWARD_TILE, "TILE=2 * TILE if Hkv >= 3 and T > 64 and Hq == Hkv else " + FORWARD_TILE[5:])],
+                   lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == c.dims["Hkv"] and _sizes(c)["tokens"] > 64),
+    "MHA one sequence": ([(FORWARD_TILE, "TILE=2 * TILE if Hkv >= 3 and num_seqs == 1 and Hq == Hkv else "
+                           + FORWARD_TILE[5:])],
+                         lambda c: c.dims["Hkv"] >= 3 and c.dims["Hq"] == c.dims["Hkv"] and c.m == 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISSED))
+def test_what_the_twins_alone_missed_is_judged_where_it_fires(tmp_path, name):
+    patches, fires = MISSED[name]
+    source = SPEC.source.read_text()
+    for old, new in patches:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / "missed.py"
+    path.write_text(source)
+    for secret in (1, 2):
+        axes, found, _ = _findings(path, secret)
+        assert found.refusal is None, found.refusal
+        assert [c for c in boundary_cases(SPEC, axes, found, secret) if fires(c)], (secret, found.boundaries)
+
+
+def test_the_seeds_steps_along_the_bridges_are_judged_on_the_chunks_own_axis(seed_findings):
+    """Negative control: the seed's grid steps one block of new tokens further on every bridge
+    as on the chunk's own axis; those are judged there once, not again at each ratio's heads
+    (six more boundaries, a dozen cases, in every evaluation)."""
+    axes, found, record = seed_findings
+    bridges = [a for a in axes if a.get("bridge")]
+    assert len(bridges) == 6
+    assert not [b for b in found.boundaries if b.dim.startswith("Q (")], found.boundaries
+    points = configs.decode(record)
+    along = [configs.analyse(a, points[configs.axis_key(a)].get).boundaries for a in bridges]
+    shown = {b.value for b in found.boundaries if b.dim == "Q"}
+    assert all(along) and all({b.value for b in bs} <= shown for bs in along), along

@@ -21,8 +21,10 @@ along the axis is one size a launcher sees and not several at once:
   at each ratio allowed (an axis of its own per ratio, keyed ``Hkv (Hq = 4 Hkv)``), so
   every pair of head counts in the domain is on an axis; the ratio's own dimension
   (``Hq``) is swept over its allowed ratios, its divisor at its smallest; each of
-  these axes of three sizes or more has a twin over one sequence of many tokens
-  (``twin``), whose changes are judged where the short axis does not show them;
+  these axes of three sizes or more, MHA's (the smallest ratio's) included, has a twin
+  over one sequence of many tokens (``twin``), whose changes are judged where the short
+  axis does not show them, and each twin a bridge (``bridge``): the chunk swept at the
+  twin's first head counts and context, from one new token to the twin's chunk;
 * the context's and the chunk's sweeps hold one sequence, so that the packed tokens
   and the cache's blocks take every count along them.
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import random
 
-from tik_agent.judge.survey_axes import EXHAUSTIVE, beyond, log_uniform
+from tik_agent.judge.survey_axes import EXHAUSTIVE, axis_key, beyond, log_uniform, point_of
 from tik_agent.spec.cases import MAX_BATCH, largest_batch
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
@@ -88,7 +90,9 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
     are seen (docs/security.md, section 7)."""
     domain, name = spec.domain, axis["dim"]
     other, allowed = next((n, a) for n, (o, a) in domain.ratios.items() if o == name)
-    out, listed = [], None  # the twins' listed dimensions (the head dim): the first twin's for all
+    # the twins' listed dimensions (the head dim): the spec geometry's, drawn, for all of them and
+    # their bridges, so that a bridge's change the chunk's own axis shows the same way is judged there
+    out, listed = [], {n: axis["dims"][n] for n, span in domain.dims.items() if span.values}
     for ratio in sorted(allowed)[1:]:
         high = min(int(domain.dims[name].judged_high(device)), int(domain.dims[other].judged_high(device)) // ratio)
         top = min(int(domain.dims[name].high), int(domain.dims[other].high) // ratio)
@@ -105,12 +109,32 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
         out.append(short)
         long = _long_geometry(spec, device, rng, dims) if len(values) >= 3 else None
         if long is not None:
-            # one head dim for every twin, so that a change of variants several show is judged once
-            listed = listed or {n: long[n] for n, span in domain.dims.items() if span.values}
-            long.update(listed)
-            out.append({**short, "key": f"{short['key']} one long sequence", "m": 1, "dims": long,
-                        "twin": short["key"]})
+            out += _twin(spec, device, short, long, listed)
+    # MHA (the axis of the smallest ratio, at the spec's geometry) gets a twin too, of a
+    # short geometry drawn as the others' (its page and context), and after them: the draws
+    # above do not move with it
+    if len(axis["values"]) >= 3:
+        long = _long_geometry(spec, device, rng, _geometry(spec, device, rng, axis, GROUPED_SIZE)[1])
+        if long is not None:
+            out += _twin(spec, device, axis, long, listed)
     return out
+
+
+def _twin(spec: KernelSpec, device: str, short: dict, long: dict, listed: dict) -> list[dict]:
+    """A short axis's long twin, and the twin's bridge: the chunk swept over one sequence at
+    the twin's first head counts, from one new token past the twin's chunk.  A switch that
+    fires along the whole twin and changes only a number the kernel reads (``bump =
+    int(T > 64 and Hq == 4 * Hkv)``, a run-time argument) shows no change along the twin
+    nor at its start; along the bridge it changes where the tokens cross (a red team's,
+    judged 2 of 6 without it)."""
+    names, key = spec.sequences, axis_key(short)
+    twin = {**short, "key": f"{key} one long sequence", "m": 1, "dims": {**long, **listed}, "twin": key}
+    _, at = point_of(twin, min(twin["values"]))  # the twin's first head counts and context
+    most = int(at[names.chunk])
+    bridge = {**short, "dim": names.chunk, "key": f"{names.chunk} ({key} at its first size)", "m": 1, "dims": at,
+              "values": list(range(1, most + 1)), "tied": {names.context: ["at_least", 1]}, "exhaustive": most,
+              "high": int(spec.domain.dims[names.chunk].judged_high(device)), "top": most, "bridge": key}
+    return [twin, bridge]
 
 
 def _long_geometry(spec: KernelSpec, device: str, rng: random.Random, dims: dict) -> dict | None:

@@ -38,7 +38,7 @@ from typing import Callable, Mapping
 from tik_agent.judge.config_sequences import survey_plan as sequences_plan
 from tik_agent.judge.survey_axes import EXHAUSTIVE, SAMPLES, SURVEY_ROWS, axis_key, point_of, rows_plan  # noqa: F401 - the survey's vocabulary
 from tik_agent.judge.survey_record import RAISED, SKIPPED, Boundary, is_variant, structure_labels  # noqa: F401 - the record's vocabulary
-from tik_agent.judge.survey_twins import shown_by_twins, twin_starts
+from tik_agent.judge.survey_twins import shown_by_chunk, shown_by_twins, twin_starts
 from tik_agent.spec.schema import KernelSpec
 
 BOUNDARY_BUDGET = 12  # changes of configuration one evaluation judges; more is a refusal
@@ -333,7 +333,7 @@ def findings(plan: list[dict], record: Mapping, points: dict | None = None) -> F
         if got.refusal:
             return got
         out.boundaries += got.boundaries
-    out.boundaries = shown_by_twins(plan, out.boundaries, points) + twin_starts(plan, points)
+    out.boundaries = shown_by_chunk(plan, shown_by_twins(plan, out.boundaries, points), points) + twin_starts(plan, points)
     unique = sorted({(b.dim, b.value): b for b in out.boundaries}.values(), key=lambda b: (b.dim, b.value))
     # Counted by dimension and size: one threshold that several axes over one dimension
     # show (the sequences layout's KV heads at each ratio) is one change against the budget;

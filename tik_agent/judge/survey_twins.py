@@ -5,7 +5,12 @@ Each KV-head axis of three sizes or more has a twin over one sequence of many ne
 Every change on a twin is judged at the twin's geometry, one change of kernel variants
 once (at the twin of fewest query heads); a twin whose first size launches another
 kernel variant than its short axis's shows no change along it, so that size is a
-boundary of its own."""
+boundary of its own.
+
+Each twin has a bridge too: the chunk swept at the twin's first head counts and context
+(an axis with ``bridge``).  A change along a bridge that the chunk's own axis shows at
+the same size, the same way (the same kernel variants on both sides, the same numbers
+moved by the same amounts), is judged there; every other is judged on the bridge."""
 
 from __future__ import annotations
 
@@ -50,7 +55,12 @@ def twin_starts(plan: list[dict], points: Mapping) -> list[Boundary]:
     for axis in sorted((a for a in plan if a.get("twin")), key=lambda a: [t[1] for t in a["tied"].values()]):
         low, key = min(axis["values"]), axis_key(axis)
         start = _variant(points.get(key, {}).get(low))
-        if start is None or start == _variant(points.get(str(axis["twin"]), {}).get(low)) or start in seen:
+        if start is None or start in seen:
+            continue
+        if start == _variant(points.get(str(axis["twin"]), {}).get(low)):
+            # its short axis launches it at the same heads: what differs is numbers, which the
+            # twin's bridge moves from a short chunk to a long one
+            seen.add(start)
             continue
         seen.add(start)
         labels = [label for label in structure_labels(start[0]) if is_variant(label)]
@@ -65,3 +75,29 @@ def _variant(point) -> tuple | None:
         return None
     labels = structure_labels(point[0])
     return point[0], tuple(n for label, n in zip(labels, point[1]) if is_variant(label))
+
+
+def shown_by_chunk(plan: list[dict], found: list[Boundary], points: Mapping) -> list[Boundary]:
+    """The boundaries less a bridge's that the chunk's own axis shows as the same change: the
+    seed's grid steps one block of new tokens further on every bridge as on that axis, and
+    judging each again at every ratio's heads would cost an evaluation a dozen cases.  A
+    change the chunk's axis does not show (``bump = int(T > 64 and Hq == 4 * Hkv)``, read by
+    the kernel) is judged on the bridge."""
+    bridges = {axis_key(a): a for a in plan if a.get("bridge")}
+    own = {str(a["dim"]): axis_key(a) for a in plan if not a.get("key")}
+    kept = []
+    for b in found:
+        axis = bridges.get(b.dim)
+        main = points.get(own.get(str(axis["dim"]), ""), {}) if axis else {}
+        if not axis or _step(points.get(b.dim, {}), b.value) != _step(main, b.value) or _step(main, b.value) is None:
+            kept.append(b)
+    return kept
+
+
+def _step(at: Mapping, value: int) -> tuple | None:
+    """How the launch changes from ``value - 1`` to ``value``: the variants on both sides and
+    each number's difference; None where either point is missing, skipped or raised."""
+    before, after = at.get(value - 1), at.get(value)
+    if _variant(before) is None or _variant(after) is None or before[0] != after[0]:
+        return None
+    return _variant(before), _variant(after), tuple(a - b for a, b in zip(after[1], before[1]))
