@@ -1,6 +1,7 @@
 # expect: integrity_failed [timed-call]
 """The attention seed, except that its backward counts its calls at the training
-cell's shape (one sequence of 16 new tokens) and skips dk/dv on the 3rd and 4th:
+cell's launch (one sequence of 16 new tokens, 2 query heads, 5 blocks of 8, a table 3
+wide) and skips dk/dv on the 3rd and 4th:
 those gradients stay zero while the forward and dq keep their bits.  The parity
 calls at that shape come first, so only the digests of the timed training steps
 (compared with the seed's own worker) can see it."""
@@ -300,7 +301,10 @@ def attention_backward(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table,
         BACKWARD=True, num_warps=NUM_WARPS,
     )
     positions = block_table.shape[1] * page
-    if (T, num_seqs) == (int('16'), int('1')):
+    # the training cell's own launch (its heads, page and table too): a survey's record-only
+    # calls of one sequence of 16 tokens (the chunk's bridges) must not use up the count
+    if (T, num_seqs, Hq, page, block_table.shape[1], k_cache.shape[0]) == (
+            int('16'), int('1'), int('2'), int('8'), int('3'), int('5')):
         _state[0]['calls'] += 1
         if 2 < _state[0]['calls'] < 5:
             positions = 0
