@@ -75,6 +75,8 @@ GROUPED_SIZE, GROUPED_CHUNK, GROUPED_SHORT = 32, 16, 8
 # 76 new tokens in a context of 103, took 22 s in-process under the interpreter).
 GROUPED_LONG_FROM, GROUPED_LONG = 65, {"cpu": 128, "cuda": 1024}
 GEOMETRY_JUDGED, GEOMETRY_TOP = 128, 1 << 20
+# A bridge's chunks surveyed one by one (every one on the CPU, whose twins stop at 128).
+BRIDGE_EXHAUSTIVE = 256
 
 
 def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> list[dict]:
@@ -109,18 +111,18 @@ def _grouped(axis: dict, spec: KernelSpec, device: str, rng: random.Random) -> l
         out.append(short)
         long = _long_geometry(spec, device, rng, dims) if len(values) >= 3 else None
         if long is not None:
-            out += _twin(spec, device, short, long, listed)
+            out += _twin(spec, device, rng, short, long, listed)
     # MHA (the axis of the smallest ratio, at the spec's geometry) gets a twin too, of a
     # short geometry drawn as the others' (its page and context), and after them: the draws
     # above do not move with it
     if len(axis["values"]) >= 3:
         long = _long_geometry(spec, device, rng, _geometry(spec, device, rng, axis, GROUPED_SIZE)[1])
         if long is not None:
-            out += _twin(spec, device, axis, long, listed)
+            out += _twin(spec, device, rng, axis, long, listed)
     return out
 
 
-def _twin(spec: KernelSpec, device: str, short: dict, long: dict, listed: dict) -> list[dict]:
+def _twin(spec: KernelSpec, device: str, rng: random.Random, short: dict, long: dict, listed: dict) -> list[dict]:
     """A short axis's long twin, and the twin's bridge: the chunk swept over one sequence at
     the twin's first head counts, from one new token past the twin's chunk.  A switch that
     fires along the whole twin and changes only a number the kernel reads (``bump =
@@ -131,9 +133,11 @@ def _twin(spec: KernelSpec, device: str, short: dict, long: dict, listed: dict) 
     twin = {**short, "key": f"{key} one long sequence", "m": 1, "dims": {**long, **listed}, "twin": key}
     _, at = point_of(twin, min(twin["values"]))  # the twin's first head counts and context
     most = int(at[names.chunk])
+    every = min(most, BRIDGE_EXHAUSTIVE)  # on a GPU's longer twins, sampled past it as any axis
     bridge = {**short, "dim": names.chunk, "key": f"{names.chunk} ({key} at its first size)", "m": 1, "dims": at,
-              "values": list(range(1, most + 1)), "tied": {names.context: ["at_least", 1]}, "exhaustive": most,
-              "high": int(spec.domain.dims[names.chunk].judged_high(device)), "top": most, "bridge": key}
+              "values": list(range(1, every + 1)) + beyond(every, most, rng), "tied": {names.context: ["at_least", 1]},
+              "exhaustive": every, "high": int(spec.domain.dims[names.chunk].judged_high(device)), "top": most,
+              "bridge": key}
     return [twin, bridge]
 
 
