@@ -346,3 +346,39 @@ def test_a_launch_described_after_its_kernel_function_changed_names_the_new_one(
     after = describe(launch)
     assert before[0][0][0].endswith("first") and after[0][0][0].endswith("second"), (before, after)
     assert before[1] == after[1] == [1, 2, 3]
+
+
+def _block_by_tokens(v, at=300):
+    """An honest launcher: a wider block of queries once the packed tokens (5 per entry) pass
+    ``at``; its grid follows the block's rule on each side."""
+    block = 16 if 5 * v >= at else 8
+    return block, 5 * v // block + v
+
+
+def test_a_block_that_grows_with_the_size_changes_the_grids_rule_once():
+    """The grid's rule changes with the kernel variant: judged as the variant's first size,
+    not as a break of one rule at every size past it (which refused it: 63 changes)."""
+    found = configs.analyse(_axis(exhaustive=200, high=200), _lookup(_block_by_tokens,
+                                                                     ["constexpr BLOCK_Q", "grid"]))
+    # the grid's first step on each side (a floor of the size: its later steps are the same
+    # change again) and the variant's first size
+    assert found.refusal is None and [(b.value, "variant" in b.why) for b in found.boundaries] == [
+        (2, False), (60, True), (61, False)], found.boundaries
+    # the whole of it past what this device judges: refused, naming the size
+    found = configs.analyse(_axis(exhaustive=200, high=7), _lookup(_block_by_tokens, ["constexpr BLOCK_Q", "grid"]))
+    assert found.refusal and "changes at M = 60" in found.refusal and "judges (7)" in found.refusal
+
+
+def test_a_number_that_breaks_its_variants_rule_is_still_judged():
+    """Negative control: within one variant the grid leaves its rule at M = 130 (an extra
+    program there only): no rule explains that variant's grid any more, so its steps are
+    each a change, and too many (before, one rule over both variants refused the same way)."""
+    def numbers(v):
+        block, grid = _block_by_tokens(v)
+        return block, grid + (v == 130)
+    found = configs.analyse(_axis(), _lookup(numbers, ["constexpr BLOCK_Q", "grid"]))
+    assert found.refusal and "follow no rule" in found.refusal and "M = 130" not in found.refusal[:40]
+    # an extra program at M = 130 over an affine grid of that variant: judged there
+    found = configs.analyse(_axis(), _lookup(lambda v: (16 if v >= 60 else 8, v + (v == 130)),
+                                             ["constexpr BLOCK_Q", "grid"]))
+    assert found.refusal is None and {60, 130} <= {b.value for b in found.boundaries}, found.boundaries

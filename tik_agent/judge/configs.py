@@ -151,19 +151,36 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
                 out.append(Boundary(dim, v, "another kernel variant (constexprs or options " +
                                     ", ".join(f"{labels[i]} = {variant[1][k]}" for k, i in enumerate(fixed)) + ")"))
             variants.add(variant)
-    if len(segment) < 2:
-        return out
-    series = list(zip(*rows))
-    for index, numbers in enumerate(series):
-        if index in fixed or _affine(segment, numbers):
+    # A number follows a rule over the segment, or over each kernel variant's sizes on their
+    # own, whichever leaves fewer changes to judge: a block that grows with the tokens changes
+    # the grid's rule where it does (an honest launcher), and that size is judged as the
+    # variant's first; a warps count by head counts leaves the grid's rule alone.
+    groups: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple(row[k] for k in fixed), []).append(i)
+    for index, numbers in enumerate(zip(*rows)):
+        if index in fixed:
             continue
-        points = [(segment[i], numbers[i - 1], numbers[i]) for i in range(1, len(segment)) if numbers[i] != numbers[i - 1]]
-        if points and _cdiv_like(segment, numbers) is not None:
-            points = points[:1]  # a cdiv of the size: the later steps are the same change again
-        for value, before, after in _irregular(points):
+        whole = _ruleless(segment, numbers)
+        if whole and len(groups) > 1:
+            apart = [c for members in groups.values()
+                     for c in _ruleless([segment[i] for i in members], tuple(numbers[i] for i in members))]
+            whole = min(whole, sorted(apart), key=len)
+        for value, before, after in whole:
             out.append(Boundary(dim, value, f"{labels[index] if index < len(labels) else 'a number'} "
                                             f"goes from {before} to {after}"))
-    return out
+    return sorted(out, key=lambda b: b.value)
+
+
+def _ruleless(xs: list[int], ys: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """The changes of one number along sizes ``xs`` that no rule explains: none if affine, the
+    first if a cdiv of the size, each regular run's first, every other one."""
+    if len(xs) < 2 or _affine(xs, ys):
+        return []
+    points = [(xs[i], ys[i - 1], ys[i]) for i in range(1, len(xs)) if ys[i] != ys[i - 1]]
+    if points and _cdiv_like(xs, ys) is not None:
+        points = points[:1]  # a cdiv of the size: the later steps are the same change again
+    return _irregular(points)
 
 
 def _affine(xs: list[int], ys: tuple[int, ...]) -> bool:
@@ -266,7 +283,7 @@ def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
     cdiv-like numbers extended, a run extended while it runs past the end, anything else
     held."""
     end = _get(lookup, values[-1])
-    segment = [v for v in values if _get(lookup, v)[0] == end[0]]
+    segment = [v for v in values if _same_variant(_get(lookup, v), end)]
     segment = segment[next((i for i in range(len(segment) - 1, 0, -1)
                             if segment[i] - segment[i - 1] != 1), 0):]
     rules = []
@@ -283,6 +300,14 @@ def _predictor(values: list[int], lookup: Lookup) -> Callable[[int], tuple]:
         points = [(segment[i], ys[i - 1], ys[i]) for i in range(1, len(segment)) if ys[i] != ys[i - 1]]
         rules.append(_continued(points, segment[-1], value))
     return lambda x: (end[0], tuple(rule(x) for rule in rules))
+
+
+def _same_variant(a: tuple, b: tuple) -> bool:
+    """Two points launch the same kernel variant (structure, constexprs and options)."""
+    if a[0] != b[0]:
+        return False
+    fixed = [i for i, label in enumerate(structure_labels(a[0])) if is_variant(label)]
+    return all(a[1][i] == b[1][i] for i in fixed)
 
 
 def _continued(points, end: int, value: int) -> Callable[[int], int]:
