@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tik_agent.judge import configs
-from tik_agent.judge.config_cases import boundary_cases, survey_findings
+from tik_agent.judge import configs, joint_sequences
+from tik_agent.judge.config_cases import boundary_cases, survey_findings, survey_of
 from tik_agent.sandbox import launches
 from tik_agent.sandbox.harness import load_entry
 from tik_agent.sandbox.survey import _sequence_shapes, run_survey
@@ -29,13 +29,16 @@ SPEC = load_spec(BUNDLED_DIR / "attention")
 SWITCH = Path(__file__).parent / "adversarial" / "sequences" / "token_residue_switch.py"
 
 
-def _findings(path: Path, secret: int):
+def _findings(path: Path, secret: int, joint: bool = False):
+    """The survey of ``path`` for ``secret``: its axes, findings and record; with ``joint``,
+    the points of combined sizes too (they cost a second or two in-process)."""
     launches.install()
     entry = load_entry(path, SPEC, "survey-test")
-    axes = configs.survey_plan(SPEC, "cpu", random.Random(secret))
-    record = run_survey(SPEC, entry, axes, [], secret)
-    found = survey_findings({"axes": axes, "joint": [], "seed": secret}, record)
-    return axes, found, record
+    survey = survey_of(SPEC, "cpu", random.Random(secret))
+    if not joint:
+        survey["joint"] = []
+    record = run_survey(SPEC, entry, survey["axes"], survey["joint"], secret)
+    return survey["axes"], survey_findings(survey, record), record
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +385,38 @@ def test_the_seeds_steps_along_the_bridges_are_judged_on_the_chunks_own_axis(see
     along = [configs.analyse(a, points[configs.axis_key(a)].get).boundaries for a in bridges]
     shown = {b.value for b in found.boundaries if b.dim == "Q"}
     assert all(along) and all({b.value for b in bs} <= shown for bs in along), along
+
+
+# Switches on sizes together that no axis moves at once, each a patch of the seed's forward
+# tile, and where it fires.  Along the axes alone (in-process, secrets 1 to 8) the first was
+# judged 1 time of 8, the second 0, the third 3; with the points, 8 of 8 each.
+COMBINED = {
+    "chunk and page": ("T // num_seqs > 20 and page == 16",
+                       lambda c: min(c.dims["Q"], c.dims["L"]) > 20 and c.dims["P"] == 16),
+    "tokens and sequences": ("T > 40 and num_seqs == 3", lambda c: _sizes(c)["tokens"] > 40 and c.m == 3),
+    "page and KV heads": ("page == 2 and Hkv == 3", lambda c: c.dims["P"] == 2 and c.dims["Hkv"] == 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMBINED))
+def test_a_variant_at_combined_sizes_is_judged_where_it_launches(tmp_path, name):
+    condition, fires = COMBINED[name]
+    source = SPEC.source.read_text()
+    assert source.count(FORWARD_TILE) == 1
+    path = tmp_path / "combined.py"
+    path.write_text(source.replace(FORWARD_TILE, f"TILE=2 * TILE if {condition} else " + FORWARD_TILE[5:]))
+    for secret in (2, 3):  # secrets whose axes alone judge none of the three
+        axes, found, _ = _findings(path, secret, joint=True)
+        assert found.refusal is None, found.refusal
+        assert [p for p in found.joint if p.why.startswith(joint_sequences.NOVEL)], found.joint
+        judged = [c for c in boundary_cases(SPEC, axes, found, secret) if fires(c)]
+        assert judged and all(c.uniform for c in judged), found.joint
+
+
+def test_the_seed_launches_no_variant_at_combined_sizes_that_its_axes_do_not():
+    """Negative control: every variant the seed launches at the drawn points, its axes launch
+    too; no case is added."""
+    for secret in (1, 2):
+        _, found, record = _findings(SPEC.source, secret, joint=True)
+        assert found.refusal is None and found.joint == [], found.joint
+        assert len(record["joint"]) > joint_sequences.POINTS // 2

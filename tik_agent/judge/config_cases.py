@@ -15,11 +15,12 @@ import random
 import secrets
 from typing import Callable
 
-from tik_agent.judge import configs, joint, joint_far
+from tik_agent.judge import configs, joint, joint_far, joint_sequences
 from tik_agent.judge.options import EvalOptions
 from tik_agent.judge.records import Verdict
 from tik_agent.outcomes import Outcome
 from tik_agent.spec.cases import Case
+from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.spec.sequences import PAD, SPARE
 
@@ -42,10 +43,16 @@ def survey_request(spec: KernelSpec, options: EvalOptions) -> dict | None:
     None for a spec without a declared domain or of the sequences layout."""
     if not (options.survey and configs.surveyed(spec)):
         return None
-    rng = random.Random(secrets.randbits(64))
-    axes = configs.survey_plan(spec, options.device, rng)
-    if spec.layout != "rows":  # the sequences layout: along its axes only (tik_agent.judge.config_sequences)
-        return {"axes": axes, "joint": [], "seed": rng.getrandbits(31)}
+    return survey_of(spec, options.device, random.Random(secrets.randbits(64)))
+
+
+def survey_of(spec: KernelSpec, device: str, rng: random.Random) -> dict:
+    """The survey's request from ``rng``: the axes, the points of combined sizes, the seed."""
+    axes = configs.survey_plan(spec, device, rng)
+    if spec.layout != "rows":  # the sequences layout: its axes, and variants at combined sizes
+        batch = next(int(a["high"]) for a in axes if a["dim"] == BATCH_DIM)
+        return {"axes": axes, "joint": joint_sequences.draw(spec, device, rng, batch),
+                "sequences": joint_sequences.shape_of(spec), "seed": rng.getrandbits(31)}
     points = joint.draw(axes, rng)
     return {"axes": joint.with_coordinates(axes, points), "joint": points, "seed": rng.getrandbits(31)}
 
@@ -66,9 +73,14 @@ def survey_findings(survey: dict, record: dict) -> configs.Findings:
     except Exception as exc:  # noqa: BLE001 - as above
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     try:
-        chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
-                                      {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]}, survey["seed"],
-                                      [(b.dim, b.value) for b in found.boundaries])
+        if survey.get("sequences"):
+            chosen, refusal = joint_sequences.judge(
+                survey["sequences"], survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
+                {configs.axis_key(a): along.get(configs.axis_key(a), {}).get for a in survey["axes"]})
+        else:
+            chosen, refusal = joint.judge(survey["axes"], points, lambda m, dims: got.get(joint.key_of(m, dims)),
+                                          {a["dim"]: along.get(a["dim"], {}).get for a in survey["axes"]},
+                                          survey["seed"], [(b.dim, b.value) for b in found.boundaries])
     except Exception as exc:  # noqa: BLE001 - the record is the worker's to write
         return configs.Findings(refusal=f"the survey's record cannot be read ({type(exc).__name__})")
     if refusal is not None:
@@ -157,9 +169,11 @@ def _config_cases(spec: KernelSpec, plan: list[dict], found: configs.Findings, s
                 out.setdefault(case.id, (case, False))
     for point in found.joint:  # a combination of sizes no axis showed, or a far point: judged where it launches
         axis = plan[0]
-        rows = CONFIG_ROWS.get(axis["device"], CONFIG_ROWS["cuda"])
-        for _ in range(min(CONFIG_CASES_MAX, -(-rows // max(1, point.m)))):
-            case = Case(point.m, dict(point.dims), axis["dtype"], "normal", rng.getrandbits(31), origin="config",
-                        once=True)
+        dims = dict(point.dims)
+        uniform = spec.layout == "sequences"  # the very launch the survey saw, as above
+        geometry = {"spare": int(dims.pop(SPARE, 0)), "pad": int(dims.pop(PAD, 0))} if uniform else {}
+        for _ in range(_cases_a_side(spec, axis["device"], point.m)):
+            case = Case(point.m, dims, axis["dtype"], "normal", rng.getrandbits(31), origin="config",
+                        once=True, uniform=uniform, **geometry)
             out.setdefault(case.id, (case, point.why.startswith(joint_far.FAR)))
     return list(out.values())

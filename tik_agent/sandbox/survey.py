@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from tik_agent.judge import configs, joint
+from tik_agent.judge import configs, joint, joint_sequences
 from tik_agent.sandbox import hostops, launches
 from tik_agent.sandbox.harness import guarded_call
 from tik_agent.spec.cases import Case
@@ -226,7 +226,10 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
                 combined[key] = text(structure), numbers
             return combined[key]
 
-        joint.judge(plan, list(points), at_point, probes, seed, boundaries)  # asks for the sizes it places
+        if spec.layout == "sequences":  # asks for the sizes it places, as below
+            joint_sequences.judge(joint_sequences.shape_of(spec), plan, list(points), at_point, probes)
+        else:
+            joint.judge(plan, list(points), at_point, probes, seed, boundaries)  # asks for the sizes it places
     axes = []
     for axis in plan:
         rows = []
