@@ -31,10 +31,11 @@ along the axis is one size a launcher sees and not several at once:
 Every point has spare cache blocks and block-table columns drawn from the secret
 (``+spare``, ``+pad``: a parity case carries them), and two more axes sweep each.
 
-What stays open: other combinations of sizes (the rows layout's points of combined
-sizes and far points are not drawn here: the head counts are the one pair every point
-of which is on an axis), and launches of drawn lengths, which the grid's cases and the
-invariance probes judge where they land.
+Points of combined sizes are drawn beside the axes (:mod:`tik_agent.judge.joint_sequences`):
+a kernel variant one launches and no axis launched is judged there.  What stays open:
+a change of numbers alone at combined sizes (nothing predicts a point's numbers here,
+as the rows layout's joint analysis does; no far points either), and launches of drawn
+lengths, which the grid's cases and the invariance probes judge where they land.
 """
 
 from __future__ import annotations
