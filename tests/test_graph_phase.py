@@ -159,7 +159,9 @@ GRAPHS = EvalOptions(device="cpu", rounds=3, graphs=True, survey=False)
 def test_the_seed_passes_and_its_speedup_comes_from_the_replays(spec, reference):
     """Negative control for the corpus file below, and the phase's record."""
     verdict = evaluate_sandboxed(spec, spec.source, GRAPHS, reference)
-    assert verdict.passed, verdict.reason
+    # Parity, the per-call checks and every replay's hold; the seed's speed against itself on
+    # a loaded CPU is noise (slower is judged only after the rest passed).
+    assert verdict.outcome in (Outcome.PASSED, Outcome.SLOWER), verdict.reason
     assert verdict.timer == REHEARSAL_NAME
     row = verdict.timing[0]
     assert row["device"]["calls"] == 2 and row["device"]["bytes"] > 0 and row["candidate"]["n"] == 3
