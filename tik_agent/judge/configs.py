@@ -165,7 +165,13 @@ def _numeric(dim: str, segment: list[int], lookup: Lookup, variants: set) -> lis
         if whole and len(groups) > 1:
             apart = [c for members in groups.values()
                      for c in _ruleless([segment[i] for i in members], tuple(numbers[i] for i in members))]
-            whole = min(whole, sorted(apart), key=len)
+            # each variant's own rule for a run-time integer (not the grid's) is judged at its
+            # second size too: its first alone does not pin a rule that starts there (``bump =
+            # Q - 61`` from a variant at Q = 61 is 0 at its first size; a red team's)
+            if index >= len(labels) or labels[index] != "grid":
+                apart += [(segment[m[1]], numbers[m[0]], numbers[m[1]]) for m in groups.values()
+                          if len(m) > 1 and numbers[m[1]] != numbers[m[0]]]
+            whole = min(whole, sorted(set(apart)), key=len)
         for value, before, after in whole:
             out.append(Boundary(dim, value, f"{labels[index] if index < len(labels) else 'a number'} "
                                             f"goes from {before} to {after}"))

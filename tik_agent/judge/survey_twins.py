@@ -9,8 +9,8 @@ boundary of its own.
 
 Each twin has a bridge too: the chunk swept at the twin's first head counts and context
 (an axis with ``bridge``).  A change along a bridge that the chunk's own axis shows at
-the same size, the same way (the same kernel variants on both sides, the same numbers
-moved by the same amounts), is judged there; every other is judged on the bridge."""
+the same size, the same way (the same kernel variants on both sides, the grid moving by the
+same amounts, no run-time integer moving), is judged there; every other is judged on the bridge."""
 
 from __future__ import annotations
 
@@ -89,15 +89,24 @@ def shown_by_chunk(plan: list[dict], found: list[Boundary], points: Mapping) -> 
     for b in found:
         axis = bridges.get(b.dim)
         main = points.get(own.get(str(axis["dim"]), ""), {}) if axis else {}
-        if not axis or _step(points.get(b.dim, {}), b.value) != _step(main, b.value) or _step(main, b.value) is None:
+        step = _step(points.get(b.dim, {}), b.value) if axis else None
+        if step is None or step != _step(main, b.value):
             kept.append(b)
     return kept
 
 
 def _step(at: Mapping, value: int) -> tuple | None:
-    """How the launch changes from ``value - 1`` to ``value``: the variants on both sides and
-    each number's difference; None where either point is missing, skipped or raised."""
+    """How the launch changes from ``value - 1`` to ``value`` where only its grid and its
+    kernel variant move: the variants on both sides and each number's difference.  None
+    where either point is missing, skipped or raised, or where a run-time integer moves:
+    one the kernel reads may mean something else at the bridge's heads than at the chunk
+    axis's (``bump + 2 * (Hq == 4 * Hkv)`` moves by one on both, a red team's), so that
+    change is judged on the bridge."""
     before, after = at.get(value - 1), at.get(value)
     if _variant(before) is None or _variant(after) is None or before[0] != after[0]:
         return None
-    return _variant(before), _variant(after), tuple(a - b for a, b in zip(after[1], before[1]))
+    labels = structure_labels(after[0])
+    deltas = tuple(a - b for a, b in zip(after[1], before[1]))
+    if any(d and label != "grid" and not is_variant(label) for label, d in zip(labels, deltas)):
+        return None
+    return _variant(before), _variant(after), deltas
