@@ -52,7 +52,7 @@ def survey_of(spec: KernelSpec, device: str, rng: random.Random) -> dict:
     if spec.layout != "rows":  # the sequences layout: its axes, and variants at combined sizes
         batch = next(int(a["high"]) for a in axes if a["dim"] == BATCH_DIM)
         return {"axes": axes, "joint": joint_sequences.draw(spec, device, rng, batch),
-                "sequences": joint_sequences.shape_of(spec), "seed": rng.getrandbits(31)}
+                "sequences": joint_sequences.shape_of(spec, device), "seed": rng.getrandbits(31)}
     points = joint.draw(axes, rng)
     return {"axes": joint.with_coordinates(axes, points), "joint": points, "seed": rng.getrandbits(31)}
 

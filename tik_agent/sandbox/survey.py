@@ -227,7 +227,7 @@ def run_survey(spec: KernelSpec, entry: Callable, plan: list[dict], points: list
             return combined[key]
 
         if spec.layout == "sequences":  # asks for the sizes it places, as below
-            joint_sequences.judge(joint_sequences.shape_of(spec), plan, list(points), at_point, probes)
+            joint_sequences.judge(joint_sequences.shape_of(spec, plan[0]["device"]), plan, list(points), at_point, probes)
         else:
             joint.judge(plan, list(points), at_point, probes, seed, boundaries)  # asks for the sizes it places
     axes = []
