@@ -10,6 +10,17 @@ from tik_agent.judge import joint_sequences
 from tik_agent.judge.config_cases import boundary_cases
 from tik_agent.spec.cases import Case
 
+
+def _patched(tmp_path, patches: list):
+    """The seed with each (old, new) applied (each old once in it), as a file."""
+    source = SPEC.source.read_text()
+    for old, new in patches:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / "patched.py"
+    path.write_text(source)
+    return path
+
 R4 = "Hkv >= 8 and Hq == 4 * Hkv"
 FORWARD_TILE = ("TILE=TILE,\n        BLOCK_Q=BLOCK_Q, HEADS=HEADS_PER_PROGRAM, ROWS=max(MIN_DOT, "
                 "triton.next_power_of_2(BLOCK_Q * HEADS_PER_PROGRAM)), SEQ_CHUNK=SEQ_CHUNK,\n        BACKWARD=False")
@@ -74,12 +85,7 @@ MISSED = {
 @pytest.mark.parametrize("name", sorted(MISSED))
 def test_what_the_twins_alone_missed_is_judged_where_it_fires(tmp_path, name):
     patches, fires = MISSED[name]
-    source = SPEC.source.read_text()
-    for old, new in patches:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / "missed.py"
-    path.write_text(source)
+    path = _patched(tmp_path, patches)
     for secret in (1, 2):
         axes, found, _ = _findings(path, secret)
         assert found.refusal is None, found.refusal
@@ -164,12 +170,7 @@ ESCAPED = {
 @pytest.mark.parametrize("name", sorted(ESCAPED))
 def test_what_escaped_the_bridges_and_the_points_is_judged_where_it_fires(tmp_path, name):
     patches, fires = ESCAPED[name]
-    source = SPEC.source.read_text()
-    for old, new in patches:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / "escaped.py"
-    path.write_text(source)
+    path = _patched(tmp_path, patches)
     for secret in (5,) if name == "variant's own rule" else (1,):  # a secret it escaped at
         axes, found, _ = _findings(path, secret, joint=True)
         assert found.refusal is None, found.refusal
