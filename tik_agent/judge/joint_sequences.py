@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Sequence
 from tik_agent.judge.joint_points import JointPoint
 from tik_agent.judge.survey_axes import axis_key, log_uniform, point_of
 from tik_agent.judge.survey_record import RAISED, SKIPPED, is_variant, structure_labels
+from tik_agent.judge.survey_record import variant_of as variant
 from tik_agent.spec.fields import BATCH_DIM
 from tik_agent.spec.schema import KernelSpec
 from tik_agent.spec.sequences import PAD, SPARE
@@ -111,14 +112,6 @@ def shape_of(spec: KernelSpec, device: str) -> dict:
     return {"chunk": spec.sequences.chunk, "context": spec.sequences.context,
             "ratios": {heads: divisor for heads, (divisor, _) in spec.domain.ratios.items()},
             "longest": int(spec.domain.dims[spec.sequences.context].judged_high(device))}
-
-
-def variant(launch) -> tuple | None:
-    """The kernel variant of a recorded launch; None for one skipped."""
-    if launch is None or launch[0] == SKIPPED:
-        return None
-    labels = structure_labels(launch[0])
-    return launch[0], tuple(n for label, n in zip(labels, launch[1]) if is_variant(label))
 
 
 def judge(shape: Mapping, axes: list[dict], points: Sequence[dict], at_point: PointLookup,

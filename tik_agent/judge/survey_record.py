@@ -29,3 +29,12 @@ def is_variant(label: str) -> bool:
 def structure_labels(structure: str) -> list[str]:
     """The label of each number of a structure, in order ("constexpr BLOCK", "option num_warps", "grid", "M")."""
     return [e for launch in json.loads(structure) for e in launch if isinstance(e, str)]
+
+
+def variant_of(point) -> tuple | None:
+    """The kernel variant a recorded launch ``(structure, numbers)`` is (its structure,
+    constexprs and options: one compiled kernel); None where it is missing, skipped or raised."""
+    if point is None or point[0] == SKIPPED or point[0].startswith(RAISED):
+        return None
+    labels = structure_labels(point[0])
+    return point[0], tuple(n for label, n in zip(labels, point[1]) if is_variant(label))

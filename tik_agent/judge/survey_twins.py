@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from tik_agent.judge.survey_axes import axis_key
-from tik_agent.judge.survey_record import RAISED, SKIPPED, Boundary, is_variant, structure_labels
+from tik_agent.judge.survey_record import Boundary, is_variant, structure_labels
+from tik_agent.judge.survey_record import variant_of as _variant
 
 
 def shown_by_twins(plan: list[dict], found: list[Boundary], points: Mapping) -> list[Boundary]:
@@ -67,14 +68,6 @@ def twin_starts(plan: list[dict], points: Mapping) -> list[Boundary]:
         out.append(Boundary(key, low, f"another kernel variant than {axis['twin']} at its start (" +
                             ", ".join(f"{label} = {n}" for label, n in zip(labels, start[1])) + ")"))
     return out
-
-
-def _variant(point) -> tuple | None:
-    """The kernel variant a surveyed point launches (its structure, constexprs and options)."""
-    if point is None or point[0] == SKIPPED or point[0].startswith(RAISED):
-        return None
-    labels = structure_labels(point[0])
-    return point[0], tuple(n for label, n in zip(labels, point[1]) if is_variant(label))
 
 
 def shown_by_chunk(plan: list[dict], found: list[Boundary], points: Mapping) -> list[Boundary]:
