@@ -163,7 +163,8 @@ class RunSummary:
 # Fault injection for the resume tests: "before:finished:2" SIGKILLs this process
 # just before the second ``finished`` event is written (after that attempt's
 # kernel was committed, before the journal knows it); "after:started:1" just
-# after the first ``started``.  Unset in normal use.
+# after the first ``started``; "before:finished/accepted:1" just before the
+# first ``finished`` event of an accepted attempt.  Unset in normal use.
 CRASH_ENV = "TIK_AGENT_TEST_CRASH"
 
 
@@ -187,13 +188,16 @@ class Journal:
                 fh.flush()
                 os.fsync(fh.fileno())
 
-    def _maybe_crash(self, when: str, event: str) -> None:
-        if self._crash == (when, event, self._seen.get(event, 0)):
+    def _maybe_crash(self, when: str, names: tuple[str, ...]) -> None:
+        if self._crash is not None and any(self._crash == (when, n, self._seen[n]) for n in names):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def append(self, event: str, **fields: Any) -> None:
-        self._seen[event] = self._seen.get(event, 0) + 1
-        self._maybe_crash("before", event)
+        outcome = fields.get("record", {}).get("outcome") if isinstance(fields.get("record"), dict) else None
+        names = (event,) if outcome is None else (event, f"{event}/{outcome}")
+        for name in names:
+            self._seen[name] = self._seen.get(name, 0) + 1
+        self._maybe_crash("before", names)
         line = json.dumps({"schema": SCHEMA, "event": event, **fields}, sort_keys=True) + "\n"
         created = not self.path.exists()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -204,7 +208,7 @@ class Journal:
             os.close(fd)
         if created:
             fsync_dir(self.path.parent)
-        self._maybe_crash("after", event)
+        self._maybe_crash("after", names)
 
     def events(self) -> list[dict]:
         if not self.path.is_file():
