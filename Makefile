@@ -11,7 +11,7 @@ STAMP := $(VENV)/.tik-agent-installed
 TORCH_INDEX_URL ?=
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test test-fast install clean-venv seed-wheels
+.PHONY: demo test test-ray test-fast install clean-venv seed-wheels
 
 install: $(STAMP)
 
@@ -56,14 +56,17 @@ seed-wheels: $(STAMP)
 
 # Both cores: pytest-xdist with two workers, each test file kept on one worker so that its
 # module fixtures hold (what several files need is built once per session: tests/shared.py).
-# The Ray tests start a cluster of their own and run alone, first; the main run's summary
-# is the last line. --durations shows where the time goes.
+# --durations shows where the time goes.  The Ray tests start a cluster of their own and
+# run alone, in `make test-ray` (CI runs it first, .ci/run): under the load of the other
+# tests, their timed verdicts on that cluster would be noise.
 PYTEST_XDIST = -n 2 --dist loadfile
 DURATIONS = --durations=25
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(DURATIONS) -m ray tests/test_ray_executor.py
 	$(BIN)/python -m pytest -q $(DURATIONS) $(PYTEST_XDIST) -m "not ray"
+
+test-ray: $(STAMP)
+	$(BIN)/python -m pytest -q $(DURATIONS) -m ray tests/test_ray_executor.py
 
 # The development tier: everything that neither evaluates, optimizes nor exports (under 2 min).
 test-fast: $(STAMP)

@@ -98,7 +98,7 @@ def verdict_of(small_seed, options, reference, tmp_path_factory):
 
 @pytest.mark.parametrize("name,edits,outcome,reason", EXPLOITS, ids=[e[0] for e in EXPLOITS])
 def test_exploit_is_rejected_for_the_right_reason(options, verdict_of, name, edits, outcome, reason):
-    opts = options if name != "endless-loop" else EvalOptions(device=options.device, timeout_s=15, rounds=1)
+    opts = options if name != "endless-loop" else EvalOptions(device=options.device, timeout_s=8, rounds=1)
     verdict = verdict_of(edits, opts)
     assert verdict.outcome is outcome, f"{name}: {verdict.outcome.value}: {verdict.reason}"
     assert reason in (verdict.reason or ""), verdict.reason

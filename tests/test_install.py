@@ -212,14 +212,9 @@ def test_non_editable_install_works_from_another_directory(tmp_path):
     # The seed against itself: accepted, or rejected as slower only when the machine is busy.
     assert evaluated.returncode == 0 or (evaluated.returncode == 1 and "rejected (slower)" in evaluated.stdout), \
         evaluated.stdout[-1500:] + evaluated.stderr[-1500:]
-    run = cli("optimize", str(seed), "--agent", "offline", "--iterations", "1", "--device", "cpu", "--rounds", "1",
-              "--run-dir", "run")
-    assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
-    exported = cli("export", "run", "--out", "dist")
-    if exported.returncode == 2 and "has accepted no kernel" in exported.stderr:
-        # One offline attempt at one timing round can be rejected as slower on a loaded
-        # machine (CI saw it once): the installed package then exports the seed itself.
-        exported = cli("export", str(seed), "--out", "dist", "--device", "cpu")
+    # Exported from the installed package: the wheel's template and the seed come from site-packages.
+    # (An optimize run from an installed package, and its export, run in CI's oldest-triton lane.)
+    exported = cli("export", str(seed), "--out", "dist", "--device", "cpu")
     assert exported.returncode == 0, exported.stderr[-1500:]
     assert list((work / "dist").glob("tik_kernel_*.whl"))
 

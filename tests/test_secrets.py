@@ -242,7 +242,7 @@ def test_eval_under_the_bare_process_sandbox_is_scrubbed(secrets, tmp_path) -> N
 @pytest.mark.slow
 def test_offline_optimize_run_leaks_nothing(secrets, tmp_path) -> None:
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "tik_agent", "optimize", secrets["seed"], "--agent", "offline", "--iterations", "2",
+    cmd = [sys.executable, "-m", "tik_agent", "optimize", secrets["seed"], "--agent", "offline", "--iterations", "1",
            "--rounds", "1", "--run-dir", str(run_dir)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=secrets["env"], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
