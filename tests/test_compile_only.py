@@ -107,3 +107,37 @@ def test_a_failed_rehearsal_step_says_why_in_the_log(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("compile probes-nosuchseed: exit 1") and lines[-1] == "failed"
     assert "unknown step 'probes-nosuchseed'" in lines[1]
+
+
+def test_the_ttgir_shows_which_add_rmsnorm_knobs_change_a_tree_on_sm90(tmp_path):
+    """add_rmsnorm's docstring: on sm_90 DW_BLOCK_N = 512 splits a chunk's row sum over two warps
+    and 1024 does not (so it is part of the numerics there); dx's row sums read the same at 1 and
+    4 rows a program.  Negative control: the dx kernel's layout at 8 warps is another one."""
+    proc = _run(tmp_path, """
+        import importlib.util, json
+        from tik_agent.backends import compile_only
+        compile_only.activate(90)
+        import torch
+        spec = importlib.util.spec_from_file_location("k", "%s/seed_kernels/add_rmsnorm/kernel.py")
+        k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+        x = torch.empty(64, 4096, dtype=torch.bfloat16)
+        w = torch.empty(4096, dtype=torch.bfloat16)
+        out = {}
+        for dw, rows, warps in ((512, 4, 4), (1024, 4, 4), (512, 1, 4), (512, 4, 8)):
+            k.DW_BLOCK_N, k.BWD_ROWS_PER_PROGRAM, k.NUM_WARPS = dw, rows, warps
+            with compile_only.recording() as found:
+                k.add_rms_norm_backward(x, x, w, x, x, 1e-6)
+            out[f"{dw},{rows},{warps}"] = {l.kernel.split(".")[-1]: compile_only.reductions(l) for l in found}
+        print(json.dumps(out))
+    """ % ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    chunks = {key: v["_add_rms_norm_dw_chunks_kernel"] for key, v in got.items()}
+    dx = {key: v["_add_rms_norm_dx_kernel"] for key, v in got.items()}
+    assert [r["axis"] for r in chunks["512,4,4"]] == [0] and chunks["512,4,4"][0]["shape"] == [16, 512]
+    assert "warpsPerCTA = [2, 2]" in chunks["512,4,4"][0]["layout"]
+    assert "warpsPerCTA = [1, 4]" in chunks["1024,4,4"][0]["layout"]
+    tree = lambda found: [(r["axis"], r["layout"]) for r in found]  # a row's adds: the axis and the layout
+    assert [r["shape"] for r in dx["512,4,4"]] == [[4, 1024]] * 2 and [r["shape"] for r in dx["512,1,4"]] == [[1, 1024]] * 2
+    assert tree(dx["512,4,4"]) == tree(dx["512,1,4"])
+    assert tree(dx["512,4,8"]) != tree(dx["512,4,4"])

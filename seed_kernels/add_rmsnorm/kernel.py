@@ -33,9 +33,15 @@ dweight runs in two passes, as the rmsnorm seed's does: one program per chunk of
 rows and ``DW_BLOCK_N`` columns writes the chunk's column sums, then one program
 per ``DW_COMBINE_N`` columns adds them in ascending chunk order (the same additions
 in the same order as one accumulator walking the chunks), so a GPU is full at any
-width.  ``BWD_ROWS_PER_PROGRAM``, ``DW_BLOCK_N`` and ``DW_COMBINE_N`` only
-distribute the work; ``DW_COMBINE_N_GPU`` is the last one's value on a GPU (the
-compile-only replay, on CPU tensors, applies it).
+width.  Under the interpreter ``BWD_ROWS_PER_PROGRAM``, ``DW_BLOCK_N`` and
+``DW_COMBINE_N`` only distribute the work; ``DW_COMBINE_N_GPU`` is the last one's
+value on a GPU (the compile-only replay, on CPU tensors, applies it).  On sm_90
+(the TTGIR of triton 3.6.0 and 3.9.0, 4 warps) ``DW_BLOCK_N`` is part of the
+numerics: at 512 a chunk's 16-row sum is split over two warps (``warpsPerCTA =
+[2, 2]``), at 1024 and 2048 each column's rows stay in one thread (``[1, 4]``),
+another tree.  So the seed's 512 is fixed there, like ``BLOCK_N``.  dx's row sums
+keep one layout at 1 and 4 rows a program, and the combine is element-wise: those
+two only distribute the work on sm_90 too (tests/test_compile_only.py).
 """
 
 import torch

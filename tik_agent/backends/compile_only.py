@@ -12,8 +12,9 @@ allocation's are, and nothing ever reads them.
 
 :func:`recording` lists each launch (the kernel, its grid as Triton would compute
 it, the compiled variant's warps and stages, and the seconds spent compiling when
-this process compiled it), and :func:`resources` asks ptxas for registers and
-spills of one compiled kernel.
+this process compiled it), :func:`resources` asks ptxas for registers and
+spills of one compiled kernel, and :func:`reductions` reads from its TTGIR the
+thread layout each ``tt.reduce`` works on (the tree of a ``tl.sum`` on the GPU).
 
 Refused where the CPU interpreter is on: an interpreted kernel is not a
 ``JITFunction`` and would run.
@@ -221,3 +222,28 @@ def resources(launch: Launch) -> dict:
             "stack_bytes": int(stack.group(1)) if stack else 0,
             "shared_bytes": int(getattr(compiled.metadata, "shared", 0) or 0),
             "load_bytes": load_widths(compiled.asm["ptx"])}
+
+
+_BLOCKED = re.compile(r"^#(\w+) = #ttg\.blocked<\{(.*)\}>", re.M)
+_REDUCE = re.compile(r'"tt\.reduce"\([^)]*\) <\{axis = (\d+) : i32\}>')
+_OPERAND = re.compile(r"^\s*\}\) : \(tensor<([\dx]+)x\w+, #(\w+)>")
+
+
+def reductions(launch: Launch) -> list[dict]:
+    """Each ``tt.reduce`` of one compiled kernel's TTGIR, in order: the axis it reduces, the
+    operand's shape and its blocked layout as the TTGIR writes it (``sizePerThread = [1, 8],
+    threadsPerWarp = [1, 32], warpsPerCTA = [2, 2], order = [1, 0]``).  Two launches whose
+    reductions read the same give each row the same tree of adds on the GPU; a reduce over
+    another layout (a slice, a shared one) is reported with ``layout`` None."""
+    lines = launch.compiled.asm["ttgir"].splitlines()
+    blocked = dict(_BLOCKED.findall("\n".join(lines)))
+    found = []
+    for n, line in enumerate(lines):
+        match = _REDUCE.search(line)
+        if match is None:
+            continue
+        operand = next((m for m in map(_OPERAND.match, lines[n + 1:]) if m), None)
+        shape = [int(d) for d in operand.group(1).split("x")] if operand else None
+        found.append({"axis": int(match.group(1)), "shape": shape,
+                      "layout": blocked.get(operand.group(2)) if operand else None})
+    return found
