@@ -25,19 +25,14 @@ from pathlib import Path
 
 # The probe sizes and the constants probed beside the tunables, shared with the compile-only
 # replay of this step (stdlib only at import: the interpreter is switched on in main()).
-from tik_agent.backends.compile_rehearsal import EXTRA_PROBES, PROBE_M
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probes step beside it, however it is loaded
+from gpu_check_probes import _same, _summary, cmd_probes  # noqa: E402
 
-PROBE_M_SMALL = (1, 7)  # the rehearsal: every code path, on the interpreter's budget
-INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+SEEDS = ("rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention")  # every bundled seed
 
 
 def _device() -> str:
     return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-
-
-def _summary(out: Path, text: str) -> None:
-    with (out / "summary.md").open("a") as f:
-        f.write(text.rstrip() + "\n\n")
 
 
 def cmd_env(args) -> int:
@@ -92,7 +87,7 @@ def cmd_seeds(args) -> int:
     from tik_agent.spec.seeds import BUNDLED_DIR
 
     dest = Path(args.dir)
-    for name in ("rmsnorm", "logprobs", "matmul"):
+    for name in SEEDS:
         target = dest / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(BUNDLED_DIR / name, target)
@@ -120,124 +115,6 @@ def _small_cpu_cells(text: str) -> str:
 
     parts = text.split("[[workload]]")
     return parts[0] + "".join("[[workload]]" + shrink(p) for p in parts[1:])
-
-
-def _bits(t):
-    import torch
-
-    return t.contiguous().view(getattr(torch, INT_VIEW[t.element_size()])) if t.is_floating_point() else t
-
-
-def _same(a, b) -> bool:
-    """Raw-bit equality of one output, or of every output of a tuple (a training step's grads too)."""
-    import torch
-
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
-
-
-def _variant(source: str, name: str, value, where: Path) -> Path:
-    pattern = re.compile(rf"^{name}\s*=\s*.+$", re.M)
-    if not pattern.search(source):
-        raise SystemExit(f"probe: {name} is not a module-level constant of the kernel")
-    where.write_text(pattern.sub(f"{name} = {value!r}", source, count=1))
-    return where
-
-
-def _entry(path: Path, spec):
-    """The kernel file's judged call: the entry, or with a backward entry the training step
-    (forward then backward, on the inputs followed by the upstream gradients)."""
-    from tik_agent.sandbox.harness import load_entry
-
-    return load_entry(path, spec, f"probe_{path.stem}")
-
-
-def _batched_part(spec, out):
-    """The per-row outputs (what batch invariance is about; a dweight is judged by its bits alone)."""
-    from tik_agent.spec.backward import is_batched
-
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return tuple(t for o, t in zip(spec.checked_outputs, outs) if is_batched(o))
-
-
-def _odd_stride(t):
-    """The same values in a row view whose row stride is odd (one padding column)."""
-    import torch
-
-    padded = torch.empty(t.shape[0], t.shape[1] + 1, dtype=t.dtype, device=t.device)
-    padded[:, : t.shape[1]] = t
-    return padded[:, : t.shape[1]]
-
-
-def cmd_probes(args) -> int:
-    """For every tunable value: the same bits as the seed's own value, each M alone equal to the
-    first M rows of the largest batch, and an odd-stride row view equal to the contiguous rows."""
-    import torch
-
-    from tik_agent.spec.cases import Case, make_inputs
-    from tik_agent.spec.schema import load_spec
-
-    import tempfile
-
-    device = _device()
-    ms = PROBE_M_SMALL if args.small else PROBE_M
-    # Outside OUT: a probe step killed by its limit must leave no folder among the results.
-    work = Path(tempfile.mkdtemp(prefix="probe-src-"))
-    report = {"device": device, "M": list(ms), "seeds": {}}
-    lines = ["## bit probes", f"M in {list(ms)} and an odd-stride row view; each value against the seed's own "
-             f"value at the largest M. Columns: same bits as default / batch invariant / odd stride equal.", ""]
-    for seed_dir in sorted(Path(args.dir).iterdir()):
-        spec = load_spec(seed_dir)
-        cell = max(spec.workload_for(device), key=lambda c: c.m)
-        dims = dict(cell.dims)
-        dtypes = ["float32"] if args.small else list(dict.fromkeys(["float32", cell.dtype]))
-        source = spec.source.read_text()
-        base = _entry(spec.source, spec)
-        seed_report = {"dims": dims, "dtypes": dtypes, "tunables": {}}
-        for dtype in dtypes:
-            inputs = make_inputs(spec, Case(max(ms), dims, dtype, "normal", 0), device)
-            expect = base(*inputs, **spec.kwargs)
-            for name, values in {**spec.tunables, **EXTRA_PROBES.get(spec.name, {})}.items():
-                for value in (values[:2] if args.small else values):
-                    fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec)
-                    full = fn(*inputs, **spec.kwargs)
-                    alone = all(_same(_batched_part(spec, fn(*[_rows(t, spec, i, m) for i, t in enumerate(inputs)],
-                                                             **spec.kwargs)),
-                                      tuple(t[:m] for t in _batched_part(spec, full))) for m in ms)
-                    odd = [(_odd_stride(t) if _batched_2d(spec, i, t) else t) for i, t in enumerate(inputs)]
-                    entry = seed_report["tunables"].setdefault(name, {}).setdefault(str(value), {})
-                    entry[dtype] = {"same_bits_as_default": _same(full, expect), "batch_invariant": alone,
-                                    "odd_stride_equal": _same(fn(*odd, **spec.kwargs), full)}
-        report["seeds"][spec.name] = seed_report
-        # Rewritten as each seed finishes: a step that runs out of time keeps what it probed.
-        _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
-        for name, values in seed_report["tunables"].items():
-            row = ", ".join(f"{v}: " + " ".join("".join("y" if r[k] else "n" for k in
-                            ("same_bits_as_default", "batch_invariant", "odd_stride_equal")) for r in per.values())
-                            for v, per in values.items())
-            lines.append(f"- {spec.name} {name} ({'/'.join(dtypes)}): {row}")
-        if device == "cuda":
-            torch.cuda.empty_cache()
-    shutil.rmtree(work, ignore_errors=True)
-    _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
-    _summary(Path(args.out), "\n".join(lines))
-    return 0
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Written beside, then renamed over: a kill mid-write leaves the previous whole file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def _rows(t, spec, i, m):
-    return t[:m].contiguous() if spec.checked_inputs[i].batched else t
-
-
-def _batched_2d(spec, i, t) -> bool:
-    return spec.checked_inputs[i].batched and t.dim() == 2 and t.is_floating_point()
 
 
 def cmd_summarise(args) -> int:

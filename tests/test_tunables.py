@@ -118,3 +118,38 @@ def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
     assert got["BLOCK_N"]["128"]["float32"]["same_bits_as_default"] is False
     assert got["BLOCK_N"]["1024"]["float32"]["same_bits_as_default"] is True
     assert "rmsnorm BLOCK_N" in (out / "summary.md").read_text()
+
+
+def test_bit_probes_of_the_sequences_layout_judge_every_invariance_launch(tmp_path):
+    """attention (the sequences layout): TILE is part of its numerics (other bits), BLOCK_Q only
+    spreads rows over programs (kept), and a constant that perturbs launches of several
+    sequences is caught as batch-variant.  No odd-stride check: its inputs are whole caches."""
+    from attention_seed import small_attention
+
+    seeds = tmp_path / "seeds"
+    seed = small_attention(seeds)
+    edit(seed / "kernel.py", "SEQ_CHUNK = 64", "SEQ_CHUNK = 64\nPERTURB = 0")
+    edit(seed / "kernel.py", "        BACKWARD=False, num_warps=NUM_WARPS,\n    )\n    return out\n",
+         "        BACKWARD=False, num_warps=NUM_WARPS,\n    )\n"
+         "    return out * (1 + 2 ** -20) if PERTURB and num_seqs > 1 else out\n")
+    spec_file = seed / "spec.toml"
+    text = spec_file.read_text()
+    start, end = text.index("[tunables]"), text.index("[domain]")
+    spec_file.write_text(text[:start] + '[tunables]\nBLOCK_Q = { values = [8, 4], safe_on = ["cpu"] }\n'
+                         'TILE = [16, 32]\nPERTURB = { values = [0, 1], safe_on = ["cpu"] }\n\n' + text[end:])
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _steps().main(["probes", str(seeds), str(out), "--small"]) == 0
+    report = json.loads((out / "probes.json").read_text())["seeds"]["attention"]
+    got = report["tunables"]
+    assert report["sequences"] == 4
+    kept = {"same_bits_as_default": True, "batch_invariant": True}
+    assert got["BLOCK_Q"]["4"]["float32"] == kept and got["PERTURB"]["0"]["float32"] == kept
+    assert got["TILE"]["32"]["float32"]["same_bits_as_default"] is False
+    assert got["PERTURB"]["1"]["float32"] == {"same_bits_as_default": False, "batch_invariant": False}
+    assert "attention PERTURB (float32): 0: yy-, 1: nn-" in (out / "summary.md").read_text()
+    # Read as a cuda probe: the layout's two checks make a value safe there; a value that changed
+    # bits is neither safe nor left to try.  (Under the rows layout's three, none would be safe.)
+    probes = {**json.loads((out / "probes.json").read_text()), "device": "cuda"}
+    safe, unproven = split_for_device(load_spec(seed), "cuda", probes)
+    assert safe == {"BLOCK_Q": (8, 4), "TILE": (16, 32), "PERTURB": (0,)} and unproven == {}

@@ -26,6 +26,12 @@ DEVICES = ("cpu", "cuda")
 PROBE_CHECKS = ("same_bits_as_default", "batch_invariant", "odd_stride_equal")
 
 
+def probe_checks(layout: str) -> tuple[str, ...]:
+    """The checks a probe of ``layout`` makes: the sequences layout takes contiguous caches
+    only (its domain refuses views), so it has no odd-stride check."""
+    return PROBE_CHECKS[:2] if layout == "sequences" else PROBE_CHECKS
+
+
 def parse_entry(path: Path, where: str, value: Any) -> tuple[list, tuple[str, ...] | None]:
     """(values, safe_on) of one ``[tunables]`` entry; safe_on None means every device."""
     if isinstance(value, list):
@@ -55,9 +61,10 @@ def load_probes(path: Path, device: str) -> dict:
     return probes
 
 
-def _probed_safe(record: Mapping) -> bool:
-    """Every dtype probed kept the default's bits, batch invariance and odd-stride equality."""
-    return bool(record) and all(all(r.get(k) is True for k in PROBE_CHECKS) for r in record.values())
+def _probed_safe(record: Mapping, checks: tuple[str, ...] = PROBE_CHECKS) -> bool:
+    """Every dtype probed passed each of ``checks`` (the default's bits, batch invariance and,
+    in the rows layout, odd-stride equality)."""
+    return bool(record) and all(all(r.get(k) is True for k in checks) for r in record.values())
 
 
 def split_for_device(spec, device: str, probes: Mapping | None = None) -> tuple[dict, dict]:
@@ -76,6 +83,6 @@ def split_for_device(spec, device: str, probes: Mapping | None = None) -> tuple[
             record = results.get(str(v))
             if record is None:
                 unproven.setdefault(name, []).append(v)
-            elif _probed_safe(record):
+            elif _probed_safe(record, probe_checks(getattr(spec, "layout", "rows"))):
                 safe.setdefault(name, []).append(v)
     return ({k: tuple(v) for k, v in safe.items()}, {k: tuple(v) for k, v in unproven.items()})
