@@ -124,6 +124,7 @@ def cmd_summarise(args) -> int:
                         "| seed | cell | shape | seed us | candidate us | ratio | share | launch us | GB/s | % of copy "
                         "| TFLOP/s | % of mm |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     timers = set()
+    why = _isolation_why(out)
     for path in sorted(source.glob("eval-*.json")):
         seed = path.stem[len("eval-"):]
         try:
@@ -148,7 +149,8 @@ def cmd_summarise(args) -> int:
                          f"{_fmt(ratio, '.3f')} | {share:.0%} | {_fmt(launch, '.1f')} | {_fmt(gbps, '.0f')} | {_share(gbps, ceilings.get('copy_gbps'))} | "
                          f"{_fmt(tflops, '.1f')} | {_share(tflops, ceilings.get('bf16_tflops'))} |")
         lines.append(f"| {seed} | verdict: {v['outcome']}, {v['cases_passed']}/{v['cases_total']} cases, "
-                     f"weighted speedup {v.get('speedup')} | | | | | | | | | | |")
+                     f"weighted speedup {v.get('speedup')}; isolation {_isolation(v.get('isolation'), why)} "
+                     f"| | | | | | | | | | |")
         if not v.get("passed"):  # the reason goes to the log too: CI shows the log, not the results
             print(f"eval-{seed}: {v['outcome']}: {v.get('reason')}; first mismatch: {v.get('first_mismatch')}")
             lines.append(f"\n{seed} not passed: {v.get('reason')}\n")
@@ -157,6 +159,27 @@ def cmd_summarise(args) -> int:
     (out / "evals.json").write_text(json.dumps(evals, indent=2))
     _summary(out, "\n".join(lines))
     return 0
+
+
+def _isolation_why(out: Path) -> str:
+    """Why this machine's workers get less than full isolation (the environment step's finding)."""
+    try:
+        return str(json.loads((out / "environment.json").read_text()).get("isolation", {}).get("why") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def _isolation(record, why: str) -> str:
+    """An evaluation's isolation as its verdict recorded it, with what is missing and why when not full."""
+    from tik_agent.sandbox.isolation import FULL, LAYERS
+
+    if not isinstance(record, dict) or "level" not in record:
+        return "not recorded"
+    text = f"{record['level']} ({record.get('mechanism', '?')})"
+    if record["level"] == FULL:
+        return text
+    missing = [layer for layer in LAYERS if layer not in record.get("layers", [])]
+    return text + f": missing {', '.join(missing) or 'nothing'}" + (f"; {why}" if why else "")
 
 
 def _fmt(value, spec: str) -> str:
