@@ -65,6 +65,9 @@ class WorkerBox:
         """The worker on ``request``.  The seed's (``reference`` mode: the user's own kernel, no
         candidate code) forks from the warm server where it runs (:mod:`tik_agent.sandbox.forkserver`);
         every other worker starts a fresh interpreter in the operating system's sandbox."""
+        # The worker's own limit: it never waits at the gate longer, so a worker whose parent
+        # died (a killed run: bwrap's --die-with-parent did not take it down) exits by itself.
+        request = {**request, "wall_seconds": wall}
         (self.dir / REQUEST_FILE).write_text(json.dumps(request))
         trusted = request.get("mode") == "reference"
         watch.label = "the seed's worker" if trusted else "the candidate's worker"

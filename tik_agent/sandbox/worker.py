@@ -110,15 +110,25 @@ def _progress(workdir: Path):
     return report
 
 
-def _wait_at_gate(workdir: Path, timing: dict, progress) -> dict:
-    """Block until the parent opens the gate; what it says (no gate requested: proceed)."""
+class GateTimeout(RuntimeError):
+    """The gate stayed shut past the worker's own wall limit: its parent is gone."""
+
+
+def _wait_at_gate(workdir: Path, timing: dict, progress, wall_seconds: float | None = None) -> dict:
+    """Block until the parent opens the gate; what it says (no gate requested: proceed).  Never
+    past ``wall_seconds``: the parent kills a worker by then, so a gate still shut means the
+    parent died (SIGKILL) and nothing else would ever end this worker."""
     if not timing.get("gate"):
         return {"proceed": True, "graph_calls": {}}
     import time
 
     progress("waiting")
     gate = workdir / timing["gate"]
+    deadline = None if wall_seconds is None else time.monotonic() + float(wall_seconds)
     while not gate.exists():
+        if deadline is not None and time.monotonic() > deadline:
+            raise GateTimeout(f"the gate stayed shut for {wall_seconds:.0f} s: the evaluation that started "
+                              f"this worker is gone")
         time.sleep(0.05)
     return json.loads(gate.read_text())
 
@@ -198,7 +208,7 @@ def _run(request: dict, workdir: Path, result: dict) -> None:
     gate = {"proceed": True, "graph_calls": {}}
     if timing:
         try:
-            gate = _wait_at_gate(workdir, timing, progress)
+            gate = _wait_at_gate(workdir, timing, progress, request.get("wall_seconds"))
         except Exception as exc:
             result.update(status=_classify(exc), case="timing",
                           error=_trim(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
