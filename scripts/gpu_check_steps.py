@@ -26,13 +26,9 @@ from pathlib import Path
 # The probe sizes and the constants probed beside the tunables, shared with the compile-only
 # replay of this step (stdlib only at import: the interpreter is switched on in main()).
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probes step beside it, however it is loaded
-from gpu_check_probes import _same, _summary, cmd_probes  # noqa: E402
+from gpu_check_probes import _device, _same, _summary, cmd_probes  # noqa: E402
 
 SEEDS = ("rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention")  # every bundled seed
-
-
-def _device() -> str:
-    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 
 def cmd_env(args) -> int:

@@ -1,18 +1,9 @@
 """The GPU check's table of the seeds' evaluations (scripts/gpu_check_steps.py summarise): each
 verdict says which isolation its workers got, and what is missing and why when it is not full."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _steps():
-    spec = importlib.util.spec_from_file_location("gpu_check_steps", REPO / "scripts" / "gpu_check_steps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scriptutil import gpu_check_steps
 
 
 def _verdict(isolation):
@@ -30,7 +21,7 @@ def test_each_verdict_line_names_its_isolation_and_why_it_is_not_full(tmp_path):
     partial = {"level": "partial", "mechanism": "unshare", "layers": ["user", "pid", "mount", "net", "nnp"]}
     for seed, isolation in (("alpha", full), ("beta", partial), ("gamma", None)):
         (work / f"eval-{seed}.json").write_text(json.dumps(_verdict(isolation)))
-    assert _steps().main(["summarise", str(out), "--evals", str(work)]) == 0
+    assert gpu_check_steps().main(["summarise", str(out), "--evals", str(work)]) == 0
     lines = {line.split(" | ")[0].strip("| "): line for line in (out / "summary.md").read_text().splitlines()
              if "verdict:" in line}
     assert "isolation full (bwrap) |" in lines["alpha"]

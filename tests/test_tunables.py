@@ -3,12 +3,11 @@ exercise Triton's divisible-by-16 specialisation."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
+from scriptutil import gpu_check_steps
 from seedutil import copy_seed, edit
 from tik_agent import cli
 from tik_agent.errors import SpecError, UsageError
@@ -16,7 +15,6 @@ from tik_agent.spec.schema import load_spec
 from tik_agent.spec.seeds import BUNDLED_DIR
 from tik_agent.spec.tunables import load_probes, split_for_device
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_bundled_seeds_call_layout_tunables_safe_only_under_the_interpreter():
@@ -92,13 +90,6 @@ def test_a_probes_file_that_is_not_text_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def _steps():
-    spec = importlib.util.spec_from_file_location("gpu_check_steps", REPO / "scripts" / "gpu_check_steps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
     """rmsnorm with BLOCK_N (part of the numerics) offered as a tunable: the probe must say its
     other value changes bits, while ROWS_PER_PROGRAM keeps them under the interpreter."""
@@ -110,7 +101,7 @@ def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
     spec_file.write_text(text[:start] + "[tunables]\nROWS_PER_PROGRAM = [1, 2]\nBLOCK_N = [1024, 128]\n")
     out = tmp_path / "out"
     out.mkdir()
-    assert _steps().main(["probes", str(seeds), str(out), "--small"]) == 0
+    assert gpu_check_steps().main(["probes", str(seeds), str(out), "--small"]) == 0
     probes = json.loads((out / "probes.json").read_text())
     got = probes["seeds"]["rmsnorm"]["tunables"]
     assert got["ROWS_PER_PROGRAM"]["2"]["float32"] == {"same_bits_as_default": True, "batch_invariant": True,
@@ -139,7 +130,7 @@ def test_bit_probes_of_the_sequences_layout_judge_every_invariance_launch(tmp_pa
                          'TILE = [16, 32]\nPERTURB = { values = [0, 1], safe_on = ["cpu"] }\n\n' + text[end:])
     out = tmp_path / "out"
     out.mkdir()
-    assert _steps().main(["probes", str(seeds), str(out), "--small"]) == 0
+    assert gpu_check_steps().main(["probes", str(seeds), str(out), "--small"]) == 0
     report = json.loads((out / "probes.json").read_text())["seeds"]["attention"]
     got = report["tunables"]
     assert report["sequences"] == 4
