@@ -79,6 +79,46 @@ def test_the_spread_regime_reaches_the_row_scales_neither_normal_nor_large_draws
     assert bool(((rms > 8) & (rms < 1000)).any())
 
 
+@pytest.mark.parametrize("regime", ["normal", "special", "spread"])
+def test_inputs_drawn_on_the_device_are_the_cpus_own_bits_on_the_cpu(regime):
+    """Timed inputs are drawn where they run (``on_device``); on the CPU that is the same stream."""
+    spec = resolve("logprobs")
+    case = Case(9, {"V": 300}, "bfloat16", regime, 3, special=True)
+    moved, drawn = make_inputs(spec, case), make_inputs(spec, case, "cpu", on_device=True)
+    assert [t.dtype for t in drawn] == [t.dtype for t in moved]
+    assert all(torch.equal(a.view(torch.int16) if a.is_floating_point() else a,
+                           b.view(torch.int16) if b.is_floating_point() else b) for a, b in zip(moved, drawn))
+    assert not torch.equal(moved[0], make_inputs(spec, Case(9, {"V": 300}, "bfloat16", regime, 4, special=True))[0])
+
+
+def test_timed_calls_and_graph_slots_draw_their_inputs_on_the_device(monkeypatch):
+    """A 2048 x 152064 logits input takes seconds on one CPU thread: per-call inputs are the device's draw."""
+    from tik_agent.sandbox import graphs, timed
+
+    asked = []
+
+    def spy(spec, case, device="cpu", *, on_device=False):
+        asked.append((device, on_device))
+        return make_inputs(spec, case, "cpu")
+
+    monkeypatch.setattr(timed, "make_inputs", spy)
+    monkeypatch.setattr(graphs, "make_inputs", spy)
+    spec = resolve("rmsnorm")
+    cell = min(spec.workload_for("cpu"), key=lambda c: c.m)
+    timed.cell_call(spec, cell, lambda *a, **k: None, 5, "cuda")
+    graphs._slots(spec, cell, "cuda", 5, 2, 2)
+    assert asked == [("cuda", True), ("cuda", True)]
+
+
+@pytest.mark.cuda
+def test_a_device_draw_is_on_the_device_and_repeats_bit_for_bit():
+    spec = resolve("logprobs")
+    case = Case(64, {"V": 4096}, "bfloat16", "normal", 1)
+    first, again = (make_inputs(spec, case, "cuda", on_device=True) for _ in range(2))
+    assert all(t.is_cuda for t in first)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
 def test_a_case_id_changes_only_with_the_domain_axes_it_sets():
     plain = Case(3, {"N": 64}, "float32", "normal", 0)
     assert plain.id == "par:M=3,N=64:float32:normal:s0"   # ids of the grid before domains are kept

@@ -60,7 +60,7 @@ def backend_for(device: str):
 
 
 def _slots(spec, cell, device: str, base_seed: int, calls: int, count: int) -> InputSlots:
-    return InputSlots(make_inputs(spec, workload_case(cell, int(base_seed)), device)[:count], calls)
+    return InputSlots(make_inputs(spec, workload_case(cell, int(base_seed)), device, on_device=True)[:count], calls)
 
 
 def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
@@ -75,7 +75,7 @@ def reference(spec, device: str, seed: Callable, graph: dict) -> dict:
     for cell in spec.workload_for(device):
         g = graph[cell.name]
         seed, count = cell_entry(spec, cell, entry)
-        probe = make_inputs(spec, workload_case(cell, int(g["base"])), device)[:count]
+        probe = make_inputs(spec, workload_case(cell, int(g["base"])), device, on_device=True)[:count]
         seed(*probe, **kwargs)
         _sync(device)
         start = time.perf_counter()

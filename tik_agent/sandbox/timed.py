@@ -42,9 +42,9 @@ def cell_entry(spec, cell, entry: Callable) -> tuple[Callable, int]:
 
 
 def cell_call(spec, cell, entry: Callable, seed: int, device: str) -> tuple[Callable, list]:
-    """What a cell times, and its inputs."""
+    """What a cell times, and its inputs, drawn on the device (both workers draw them there)."""
     fn, count = cell_entry(spec, cell, entry)
-    return fn, make_inputs(spec, workload_case(cell, seed), device)[:count]
+    return fn, make_inputs(spec, workload_case(cell, seed), device, on_device=True)[:count]
 
 
 def time_kernels(spec, device: str, kernels: dict[str, Callable], plan: dict,

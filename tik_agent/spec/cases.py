@@ -192,14 +192,21 @@ def subbatches(case: Case) -> list[SubBatch]:
     return out
 
 
-def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
+def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu", *, on_device: bool = False) -> list:
     """The entry's positional inputs for ``case``, generated on the CPU and moved, then
-    laid out as the case says (on the device: a move would make them contiguous)."""
+    laid out as the case says (on the device: a move would make them contiguous).
+
+    ``on_device`` draws a rows-layout case on ``device`` itself, from a generator of that
+    device: a GPU draws a 2048 x 152064 logits tensor in milliseconds, one CPU thread in
+    seconds.  The values are then the device's own stream, not the CPU's, so this is for
+    inputs that only workers on the same device draw and compare (the timed calls and the
+    graph phase's slots), never for parity cases.  On the CPU both ways draw the same bits."""
     import torch
 
     if spec.layout == "sequences":
         return sequences.make_inputs(spec, case, device)
-    gen = torch.Generator().manual_seed(case_seed(case))
+    where = device if on_device else "cpu"
+    gen = torch.Generator(device=where).manual_seed(case_seed(case))
     tensors = []
     # Upstream gradients follow the inputs in the same stream: the forward
     # inputs of a case are the same with or without a backward entry.
@@ -210,11 +217,11 @@ def make_inputs(spec: KernelSpec, case: Case, device: str = "cpu") -> list:
         if not inp.is_float:
             values = spec.domain.values.get(inp.name) if spec.domain else None
             high = case.dims[inp.high] if isinstance(inp.high, str) else inp.high
-            t = torch.randint(values.low if values else 0, high, shape, generator=gen, dtype=dtype)
+            t = torch.randint(values.low if values else 0, high, shape, generator=gen, dtype=dtype, device=where)
             if case.special and values is not None and values.specials:
                 t = _with_specials(t, [s.value for s in values.specials], gen)
         else:
-            base = torch.randn(shape, generator=gen, dtype=torch.float32)
+            base = torch.randn(shape, generator=gen, dtype=torch.float32, device=where)
             if inp.batched:
                 base = apply_regime(base, case.regime, dtype_name, gen)
             t = base.to(dtype)
@@ -235,8 +242,8 @@ def _with_specials(t, specials: list[int], gen):
 
     flat = t.reshape(-1).clone()
     count = max(1, flat.numel() // SPECIAL_ROWS)
-    where = torch.randperm(flat.numel(), generator=gen)[:count]
-    flat[where] = torch.tensor(specials, dtype=t.dtype).repeat(-(-count // len(specials)))[:count]
+    where = torch.randperm(flat.numel(), generator=gen, device=gen.device)[:count]
+    flat[where] = torch.tensor(specials, dtype=t.dtype, device=t.device).repeat(-(-count // len(specials)))[:count]
     return flat.view(t.shape)
 
 

@@ -36,9 +36,10 @@ def apply_regime(base, regime: str, dtype_name: str, gen):
     if regime == "spread" and base.dim() > 0 and base.numel():
         low, high = SPREAD_ROWS[dtype_name]
         n = base.shape[0]
-        strata = (torch.randperm(n, generator=gen) + torch.rand(n, generator=gen)) / n
+        on = gen.device  # the generator's device: the CPU's, or the device's own (timed inputs)
+        strata = (torch.randperm(n, generator=gen, device=on) + torch.rand(n, generator=gen, device=on)) / n
         rows = (low + (high - low) * strata).reshape((n,) + (1,) * (base.dim() - 1))
-        elements = 2.0 * torch.rand(base.shape, generator=gen) - 1.0
+        elements = 2.0 * torch.rand(base.shape, generator=gen, device=on) - 1.0
         return base * torch.pow(10.0, rows + elements)
     return base
 
@@ -51,12 +52,12 @@ def inject_special(t, gen):
     specials = torch.tensor(
         [float("nan"), float("inf"), float("-inf"), -0.0, info.smallest_normal / 4,
          -info.smallest_normal / 2, info.max, -info.max],
-        dtype=t.dtype,
+        dtype=t.dtype, device=t.device,
     )
     flat = t.reshape(-1).clone()
     count = max(1, int(flat.numel() * SPECIAL_FRACTION))
     # Distinct positions: index_put with duplicate indices has no defined winner.
-    where = torch.randperm(flat.numel(), generator=gen)[:count]
-    which = torch.randint(0, len(specials), (count,), generator=gen)
+    where = torch.randperm(flat.numel(), generator=gen, device=gen.device)[:count]
+    which = torch.randint(0, len(specials), (count,), generator=gen, device=gen.device)
     flat[where] = specials[which]
     return flat.view(t.shape)
