@@ -174,3 +174,28 @@ def test_the_schedule_never_lets_another_kernel_overtake_the_candidate(names, ro
     assert len(seed_rounds) - len(fill) <= 2  # at most the repeats the round orders force
     for name in names[2:]:
         assert len(set(seen[name])) >= rounds - 2 and seen[name] == sorted(seen[name])
+
+
+def test_the_launch_overhead_is_timed_on_calls_outside_the_harness_wrapping(spec):
+    """The eager calls that measure launch overhead are the kernel as a user calls it, outside
+    the host-ops mode's dispatch (issue 22, item 6); every other call of the phase is inside it
+    (the control, counted in the same run)."""
+    from tik_agent.backends.graph_timer import EAGER_REPEATS
+    from tik_agent.sandbox import hostops
+
+    seen: dict[str, list[bool]] = {"candidate": [], "seed": []}
+
+    def kernel(name):
+        def call(x, w, eps=1e-6):
+            seen[name].append(hostops._STATE.watching > 0)
+            with hostops.exempt():
+                return _rmsnorm_stand_in(x, w, eps)
+        return call
+
+    cell = spec.workload_for("cpu")[0].name
+    plan = {cell: {"base": 5, "fill": [101 + r for r in range(ROUNDS)], "checked": CHECKED}}
+    graphs.graph_phase(spec, "cpu", {"candidate": kernel("candidate"), "seed": kernel("seed")}, plan,
+                       {cell: CALLS}, lambda phase: None)
+    for name, wrapped in seen.items():
+        assert wrapped.count(False) == EAGER_REPEATS * CALLS, name   # the overhead's calls, bare
+        assert wrapped.count(True) >= CALLS * (ROUNDS + 1), name     # captured and replayed, watched

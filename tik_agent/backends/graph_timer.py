@@ -116,9 +116,11 @@ def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequ
                  set_bytes: int, l2_bytes: int, rounds: int, *, before: Callable[[str, int], None] | None = None,
                  after_replay: Callable[[str, int, list], None] | None = None,
                  finish: Callable[[Callable[[str], list]], None] | None = None,
-                 min_samples: int = MIN_SAMPLES) -> CellMeasurement:
+                 min_samples: int = MIN_SAMPLES, bare: dict[str, Callable] | None = None) -> CellMeasurement:
     """Capture each kernel (one call per set), replay in alternating rounds, measure the launch
-    overhead apart.  ``sets`` is one list for every kernel or one per kernel (of equal lengths).
+    overhead apart: eager calls of ``bare[name]`` where given (the kernel as a user calls it,
+    outside whatever the harness wraps a judged call in), else of the kernel as captured.
+    ``sets`` is one list for every kernel or one per kernel (of equal lengths).
     ``before(kernel, round)`` runs before each replay and ``after_replay(kernel, round, outputs)``
     after it, with that kernel's captured outputs (which every replay rewrites); after the launch
     overhead is measured, ``finish(replay)`` may call ``replay(kernel)`` for one more replay and
@@ -140,7 +142,7 @@ def measure_cell(backend: GraphBackend, kernels: dict[str, Callable], sets: Sequ
             if after_replay is not None:
                 after_replay(name, r, outputs[name])
     overhead = {}
-    for name, fn in kernels.items():
+    for name, fn in (bare or kernels).items():
         eager = statistics.median(backend.eager_ms(fn, own[name], calls) / calls for _ in range(EAGER_REPEATS))
         overhead[name] = (eager - statistics.median(samples[name])) * 1e3
     clocks_after = backend.clocks()
