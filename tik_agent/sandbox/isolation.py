@@ -295,14 +295,20 @@ def _probe(isolation: Isolation) -> str | None:
     return f"exit {proc.returncode}" + (f": {lines[-1][:200]}" if lines else "")
 
 
-def _nobody_can_run_python() -> bool:
-    """Without a mount view, nobody needs the interpreter's own path to be reachable."""
-    path = os.path.realpath(sys.executable)
-    while path != "/":
-        path = os.path.dirname(path)
-        if not os.stat(path).st_mode & 0o001:
-            return False
-    return True
+def _unreachable_for_nobody() -> str | None:
+    """Without a mount view of its own, a worker dropped to nobody reads the interpreter, its
+    libraries and the package where they are installed: the first folder on the way to one of
+    them that others cannot enter (or, at the end, read), with its mode; None when there is none."""
+    for target in [os.path.realpath(sys.executable), *_python_paths()]:
+        path = target
+        while path != "/":
+            path = os.path.dirname(path)
+            mode = os.stat(path).st_mode
+            if not mode & 0o001:
+                return f"{path} (mode {mode & 0o777:04o})"
+        if os.path.isdir(target) and (os.stat(target).st_mode & 0o005) != 0o005:
+            return f"{target} (mode {os.stat(target).st_mode & 0o777:04o})"
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -312,18 +318,24 @@ def best() -> Isolation:
     seccomp = confine.seccomp_available()
     root = os.geteuid() == 0
     skipped = []
-    candidates = []
+    candidates = []  # each with what it lacks, said only if it is reached
     if shutil.which("bwrap"):
-        candidates.append(Isolation("bwrap", _CONTAINED, root, landlock, seccomp))
+        candidates.append((Isolation("bwrap", _CONTAINED, root, landlock, seccomp), None))
     else:
         skipped.append("bwrap: not installed")
     if shutil.which("unshare"):
-        drop = root and bool(shutil.which("setpriv")) and _nobody_can_run_python()
+        drop, lacks = root and bool(shutil.which("setpriv")), None
+        if drop and (blocked := _unreachable_for_nobody()) is not None:
+            # a worker dropped to nobody could not start: unshare keeps the caller's uid, and says why
+            drop, lacks = False, (f"setpriv: nobody cannot reach {blocked}, above the interpreter or the "
+                                  f"package (install where others can read, or install bubblewrap)")
         user = ("user",) if drop or not root else ()
-        candidates.append(Isolation("unshare", (*user, "pid", "net"), drop, landlock, seccomp))
+        candidates.append((Isolation("unshare", (*user, "pid", "net"), drop, landlock, seccomp), lacks))
     else:
         skipped.append("unshare: not installed")
-    for isolation in candidates:
+    for isolation, lacks in candidates:
+        if lacks:
+            skipped.append(lacks)
         why = _probe(isolation)
         if why is None:
             return dataclasses.replace(isolation, why="; ".join(skipped))
