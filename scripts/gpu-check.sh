@@ -10,7 +10,9 @@
 # beforehand by `bash scripts/gpu-wheels.sh DIR` on a machine with a registry,
 # with `pip install --no-index --no-deps --target` beside the node's own torch and
 # triton (never replacing them), then: the environment and measured ceilings;
-# bit probes of each seed's tunables; `tik-agent eval` of each seed against
+# one Triton cache for the node, warmed by the compile-only replay of the later
+# steps' launches on all its cores (every worker starts from a copy); bit probes
+# of each seed's tunables; `tik-agent eval` of each seed against
 # itself (microseconds per cell, GB/s, % of the copy ceiling, launch overhead);
 # a 3-iteration offline `optimize --device cuda`; `export`, the wheel's
 # `verify()`, the op under torch.compile and inside a CUDA graph capture.
@@ -20,6 +22,11 @@
 # for this machine's Python, unless WHEELS is given), everything but the
 # device-only measurements.  Within 15 minutes on 2 cores; CI runs it.
 #
+# Step limits (scripts/gpu_check_limits.py): a timed step's run estimate plus the
+# seconds its launches took to compile in the compile-only rehearsal (so that a
+# cold cache makes it slow, not killed), cut on the node to what the budget has
+# left after the later steps' run estimates; a step left under 10 s is skipped.
+#
 # --rehearse --target sm_90 replays the steps' launches instead (probes, eval of each
 # seed, the workload cells), each compiled for sm_90 by Triton's own compiler and
 # ptxas behind a stand-in driver, none run (tik_agent/backends/compile_rehearsal.py):
@@ -27,8 +34,10 @@
 # seed at its workload shapes, registers, spills, grid, warps and stages.
 #
 # Results: summary.md (the tables for docs/gpu.md), environment.json,
-# probes.json, evals.json, optimize.txt, log.txt (everything printed).
+# compile.json (the warm step's, or the compile-only rehearsal's), probes.json,
+# evals.json, optimize.txt, log.txt (everything printed).
 set -uo pipefail
+BUDGET=${CHECK_BUDGET_S:-570}   # seconds for the whole check on the node, from its start
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 REHEARSE=0
 TARGET=
@@ -72,6 +81,27 @@ step() {
   [ $rc != 0 ] && { FAILED=$(( FAILED + 1 )); FAILED_STEPS="$FAILED_STEPS $name(exit $rc)"; }
   echo "- step $name: exit $rc, ${took}s" >> "$WORK/steps.tmp"
   return $rc
+}
+# The timed steps, in order: each one's limit sets aside the later ones' run estimates.
+TIMED=(warm probes eval-rmsnorm eval-add_rmsnorm eval-logprobs eval-matmul eval-attention optimize export)
+# timed NAME CMD...: step NAME under the limit scripts/gpu_check_limits.py gives it with what the
+# budget has left (the rehearsal has no budget, and its interpreter compiles nothing: its limits
+# are the run estimates, scaled in step).
+timed() {
+  local name=$1 later=() seen=0 s; shift
+  for s in "${TIMED[@]}"; do [ $seen = 1 ] && later+=("$s"); [ "$s" = "$name" ] && seen=1; done
+  local left=$(( BUDGET - SECONDS )) how=
+  [ "$REHEARSE" = 1 ] && { left=1000000; how=--interpreted; }
+  local limit
+  limit=$("$PY" "$REPO/scripts/gpu_check_limits.py" limit "$name" "$left" "$(nproc)" $how "${later[@]}") \
+    || { echo "== $name: no limit (scripts/gpu_check_limits.py failed)" >&3; limit=0; }
+  if [ "$limit" = 0 ]; then
+    echo "== $name: SKIPPED: ${left}s of the ${BUDGET}s budget left, the later steps need theirs" >&3
+    FAILED=$(( FAILED + 1 )); FAILED_STEPS="$FAILED_STEPS $name(skipped)"
+    echo "- step $name: skipped, ${left}s left" >> "$WORK/steps.tmp"
+    return 1
+  fi
+  step "$name" "$limit" "$@"
 }
 
 if [ "$REHEARSE" = 1 ]; then
@@ -123,8 +153,15 @@ if [ -n "$TARGET" ]; then
   echo "gpu-check: results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
   exit $(( FAILED > 0 ))
 fi
-"$PY" "$STEPS" seeds "$WORK/seeds" $SMALL
-step probes 60 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
+"$PY" "$STEPS" seeds "$WORK/seeds" $SMALL || { echo "gpu-check: copying the seeds failed"; exit 1; }
+# One Triton cache for the node, a folder for each step that reads it (cache_part in
+# compile_rehearsal.py): an evaluation's workers copy their seed's part only.  The interpreter
+# compiles nothing: the rehearsal's stays empty, and its evaluations still copy it in.
+CACHE=$WORK/triton-cache
+mkdir -p "$CACHE"
+[ "$REHEARSE" = 1 ] || timed warm "$PY" "$STEPS" warm "$CACHE" "$OUT"
+mkdir -p "$CACHE"/probes "$CACHE"/eval-{rmsnorm,add_rmsnorm,logprobs,matmul,attention}
+timed probes env TRITON_CACHE_DIR="$CACHE/probes" "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 
 # --graphs: on the GPU the default (CUDA-graph replay decides); in the rehearsal the eager
 # stand-in runs the same phase (slots, refills, per-replay checks) on the interpreter.
@@ -134,7 +171,7 @@ step probes 60 "$PY" "$STEPS" probes "$WORK/seeds" "$OUT" $SMALL
 eval_self() {
   local seed=$1 json=$WORK/eval-$1.json
   "$PY" -m tik_agent eval "$WORK/seeds/$seed/kernel.py" --seed "$WORK/seeds/$seed" \
-    --device "$DEVICE" --rounds 5 --graphs --json > "$json"
+    --device "$DEVICE" --rounds 5 --graphs --warm-cache "$CACHE/eval-$seed" --json > "$json"
   local rc=$?
   if [ $rc = 1 ] && "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["outcome"] != "slower")' "$json"; then
     echo "eval-$seed: the seed against itself came out slower: timer noise, not a failed check"
@@ -143,18 +180,18 @@ eval_self() {
   return $rc
 }
 export -f eval_self
-export WORK DEVICE
+export WORK DEVICE CACHE
 # Every bundled seed; attention's grid of sequences (invariance launches per case, its survey's
 # boundary cases) costs about twice a row seed's.
 for seed in rmsnorm add_rmsnorm logprobs matmul attention; do
-  step "eval-$seed" $([ "$seed" = attention ] && echo 90 || echo 40) bash -c 'eval_self "$1"' _ "$seed"
+  timed "eval-$seed" bash -c 'eval_self "$1"' _ "$seed"
 done
 "$PY" "$STEPS" summarise "$OUT" --evals "$WORK"
 
-step optimize 110 "${TIK[@]}" optimize "$WORK/seeds/rmsnorm" --agent offline --iterations 3 --device "$DEVICE" \
-  --rounds 3 --run-dir "$WORK/run" > "$OUT/optimize.txt" 2>&1
+timed optimize "${TIK[@]}" optimize "$WORK/seeds/rmsnorm" --agent offline --iterations 3 --device "$DEVICE" \
+  --rounds 3 --warm-cache "$CACHE/eval-rmsnorm" --run-dir "$WORK/run" > "$OUT/optimize.txt" 2>&1
 "${TIK[@]}" lineage "$WORK/run" >> "$OUT/optimize.txt" 2>&1
-step export 35 bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wheel "$1" "$2" "$4" --site "$5"' \
+timed export bash -c '"$0" -m tik_agent export "$1" --out "$2" && "$0" "$3" wheel "$1" "$2" "$4" --site "$5"' \
   "$PY" "$WORK/run" "$WORK/dist" "$STEPS" "$OUT" "$WORK/exported-site"
 
 { echo "## steps ($( [ $REHEARSE = 1 ] && echo "rehearsal on the CPU" || echo "$DEVICE" ), $(date -u +%FT%TZ))"; cat "$WORK/steps.tmp"; } >> "$OUT/summary.md"

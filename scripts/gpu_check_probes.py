@@ -14,22 +14,19 @@ check: :func:`tik_agent.spec.tunables.probe_checks` names the checks of each lay
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
-from tik_agent.backends.compile_rehearsal import EXTRA_PROBES, PROBE_M
+from tik_agent.backends.compile_rehearsal import EXTRA_PROBES, PROBE_M, SEQUENCES_MAX, sequence_probe_inputs
+from tik_agent.backends.replay_runs import cache_variants
 
 PROBE_M_SMALL = (1, 7)  # the rehearsal: every code path, on the interpreter's budget
-# Sequences in a probe's full launch: as many as the compile-only replay of this step builds
-# (its inputs are whole paged caches at the cell's context, generated for every launch).
-SEQUENCES_MAX = 4
 INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 def _device() -> str:
-    import os
-
     return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 
@@ -49,6 +46,10 @@ def cmd_probes(args) -> int:
 
     device = _device()
     ms = PROBE_M_SMALL if args.small else PROBE_M
+    # On a node the probes compile into their part of the warm cache itself (TRITON_CACHE_DIR):
+    # the variants they add are those the warm step's keys missed on this node's real driver.
+    cache = os.environ.get("TRITON_CACHE_DIR") if device == "cuda" else None
+    cached_before = cache_variants(Path(cache)) if cache and Path(cache).is_dir() else None
     # Outside OUT: a probe step killed by its limit must leave no folder among the results.
     work = Path(tempfile.mkdtemp(prefix="probe-src-"))
     report = {"device": device, "M": list(ms), "seeds": {}}
@@ -89,6 +90,11 @@ def cmd_probes(args) -> int:
         if device == "cuda":
             torch.cuda.empty_cache()
     shutil.rmtree(work, ignore_errors=True)
+    if cached_before is not None:
+        added = cache_variants(Path(cache)) - cached_before
+        report["warm_cache"] = {"variants_before": cached_before, "added": added}
+        lines.append(f"\nThe warm Triton cache held {cached_before} variants; the probes compiled {added} more "
+                     f"(variants the warm step did not replay, or keys that did not match this node's driver).")
     _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
     _summary(Path(args.out), "\n".join(lines))
     return 0
@@ -109,13 +115,9 @@ def _probe_rows(spec, fn, inputs: list, ms) -> tuple[object, dict]:
 
 
 def _sequence_inputs(spec, dims: dict, dtype: str, ms, device: str) -> tuple:
-    """The case, then the inputs of its full launch and of each launch its invariance cases make."""
-    from tik_agent.spec.cases import Case
-    from tik_agent.spec.sequences import build_launch, case_launch, probe_launches
-
-    case = Case(min(max(ms), SEQUENCES_MAX), dims, dtype, "normal", 0, invariance=True)
-    launches = {launch.label: build_launch(spec, case, launch, device) for launch in probe_launches(spec, case)}
-    return case, build_launch(spec, case, case_launch(spec, case), device), launches
+    """The case, then the inputs of its full launch and of each launch its invariance cases make
+    (the compile-only replay of this step builds the same ones)."""
+    return sequence_probe_inputs(spec, dims, dtype, device)
 
 
 def _probe_sequences(spec, fn, inputs: tuple, ms) -> tuple[object, dict]:

@@ -6,6 +6,8 @@
   summarise OUT [--evals DIR]  eval-*.json (in DIR) -> OUT/evals.json and the table in summary.md
   wheel RUN WHEELDIR OUT  the exported wheel: verify(), torch.compile, a CUDA graph capture (device only)
   compile OUT --target T  the steps' launches compiled for T and run nowhere    -> OUT/compile.json
+  warm CACHE OUT          the same launches compiled for this node's GPU into one Triton cache,
+                          every core at once, before any timed step         -> OUT/compile.json
 
 Results stay few (the device lends at most 8 files back); each step appends to OUT/summary.md.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 # replay of this step (stdlib only at import: the interpreter is switched on in main()).
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probes step beside it, however it is loaded
 from gpu_check_probes import _device, _same, _summary, cmd_probes  # noqa: E402
+from gpu_check_limits import REHEARSAL  # noqa: E402
 
 SEEDS = ("rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention")  # every bundled seed
 
@@ -232,12 +235,43 @@ def cmd_wheel(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    """The compile-only replay of the steps (tik_agent.backends.compile_rehearsal.run_steps)."""
-    from tik_agent.backends.compile_rehearsal import run_steps
+    """The compile-only replay of the steps (tik_agent.backends.replay_runs.run_steps)."""
+    from tik_agent.backends.replay_runs import run_steps
 
     ok, table = run_steps(Path(args.out), args.target, args.jobs or os.cpu_count() or 1, args.steps)
     _summary(Path(args.out), table)
     return 0 if ok else 1
+
+
+def cmd_warm(args) -> int:
+    """One Triton cache for the node before any timed step: the compile-only replay of the
+    probes', every evaluation's and the workload cells' launches, compiled for this node's GPU
+    (its capability, warp size 32) by Triton's own compiler into CACHE, all cores at once and
+    the longest steps first.  Workers then start from a copy (``tik-agent eval --warm-cache``):
+    the keys are this node's triton and ptxas, so a cache built elsewhere would not match."""
+    from tik_agent.backends.compile_only import target_capability
+    from tik_agent.backends.compile_rehearsal import warm_steps
+    from tik_agent.backends.replay_runs import run_steps
+
+    target = args.target or _node_target()
+    target_capability(target)  # a GPU the compile-only driver does not know: refused in one line
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    steps = args.steps or warm_steps()
+    steps.sort(key=lambda step: -REHEARSAL.get(step, (0.0, 0.0))[1])  # the longest first
+    ok, table = run_steps(Path(args.out), target, args.jobs or os.cpu_count() or 1, steps, cache=cache)
+    _summary(Path(args.out), table)
+    return 0 if ok else 1
+
+
+def _node_target() -> str:
+    """``sm_XY`` of this node's GPU (sm_90 without one: the rehearsal's stand-in)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "sm_90"
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"sm_{major}{minor}"
 
 
 def main(argv=None) -> int:
@@ -265,13 +299,26 @@ def main(argv=None) -> int:
     c.add_argument("--target", default="sm_90")
     c.add_argument("--jobs", type=int, default=0, help="steps at a time (default: every CPU core)")
     c.add_argument("--steps", nargs="*", help="a subset of the steps (default: all)")
+    wa = sub.add_parser("warm")
+    wa.add_argument("cache")
+    wa.add_argument("out")
+    wa.add_argument("--target", help="sm_90, ... (default: this node's GPU)")
+    wa.add_argument("--jobs", type=int, default=0, help="steps at a time (default: every CPU core)")
+    wa.add_argument("--steps", nargs="*", help="a subset of the warm step's processes "
+                    "(default: compile_rehearsal.warm_steps())")
     args = p.parse_args(argv)
-    if _device() == "cpu" and args.cmd != "compile":
+    if _device() == "cpu" and args.cmd not in ("compile", "warm"):
         from tik_agent.backends import interpreter
 
         interpreter.activate()
-    return {"env": cmd_env, "seeds": cmd_seeds, "probes": cmd_probes, "summarise": cmd_summarise,
-            "wheel": cmd_wheel, "compile": cmd_compile}[args.cmd](args)
+    from tik_agent.errors import UsageError
+
+    try:
+        return {"env": cmd_env, "seeds": cmd_seeds, "probes": cmd_probes, "summarise": cmd_summarise,
+                "wheel": cmd_wheel, "compile": cmd_compile, "warm": cmd_warm}[args.cmd](args)
+    except UsageError as exc:
+        print(f"gpu_check_steps {args.cmd}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The GPU check's steps script (scripts/gpu_check_steps.py), loaded as a module by the tests."""
+"""The GPU check's scripts (scripts/gpu_check_*.py), loaded as modules by the tests."""
 
 import importlib.util
 from pathlib import Path
@@ -6,8 +6,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gpu_check_steps():
-    spec = importlib.util.spec_from_file_location("gpu_check_steps", REPO / "scripts" / "gpu_check_steps.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def gpu_check_steps():
+    return _load("gpu_check_steps")
+
+
+def gpu_check_limits():
+    return _load("gpu_check_limits")

@@ -93,6 +93,46 @@ def test_runs_of_a_missing_directory_exits_2(out, tmp_path):
     assert "no runs in" in text
 
 
+@pytest.mark.parametrize("argv", [["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm"],
+                                  ["optimize", "rmsnorm", "--agent", "offline"]], ids=["eval", "optimize"])
+def test_a_missing_warm_cache_is_one_line_exit_2_before_anything_runs(out, tmp_path, argv):
+    runs = tmp_path / "runs"
+    extra = ["--run-dir", str(runs)] if argv[0] == "optimize" else []
+    _, err = out(*argv, *extra, "--warm-cache", str(tmp_path / "no-cache"), code=2)
+    assert err.strip() == f"error: --warm-cache {tmp_path / 'no-cache'}: no such directory"
+    assert not runs.exists()
+
+
+class _Seen(Exception):
+    pass
+
+
+def test_a_warm_cache_reaches_evals_workers_and_the_seeds_audit_in_optimize(out, tmp_path, monkeypatch):
+    """What --warm-cache sets: every worker of an evaluation copies it (EvalOptions.warm_cache, which
+    tests/test_executor.py follows into the worker), and in optimize the seed's audit (whose cache the
+    run keeps for its candidates)."""
+    from tik_agent.judge import evaluate as evaluate_module
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    seen = {}
+
+    def capture(key):
+        def fake(*args, **kwargs):
+            seen[key] = next(a for a in (*args, *kwargs.values()) if hasattr(a, "warm_cache")).warm_cache
+            raise _Seen()
+        return fake
+
+    monkeypatch.setattr(evaluate_module, "evaluate", capture("eval"))
+    with pytest.raises(_Seen):
+        cli(["eval", "seed_kernels/rmsnorm/kernel.py", "--seed", "rmsnorm", "--warm-cache", str(cache)])
+    monkeypatch.setattr(setup, "_make_root", capture("optimize"))
+    with pytest.raises(_Seen):
+        cli(["optimize", "rmsnorm", "--agent", "offline", "--run-dir", str(tmp_path / "run"),
+             "--warm-cache", str(cache)])
+    assert seen == {"eval": str(cache.resolve()), "optimize": str(cache.resolve())}
+
+
 # ----------------------------------------------------------------- square brackets survive
 
 

@@ -100,7 +100,7 @@ def test_a_failed_rehearsal_step_says_why_in_the_log(tmp_path):
     check's log.txt says why (a seed that did not compile showed only "exit 1")."""
     proc = _run(tmp_path, f"""
         from pathlib import Path
-        from tik_agent.backends.compile_rehearsal import run_steps
+        from tik_agent.backends.replay_runs import run_steps
         ok, _ = run_steps(Path({str(tmp_path)!r}), "sm_90", 1, ["probes-nosuchseed"])
         print("ok" if ok else "failed")
     """)
@@ -141,3 +141,30 @@ def test_the_ttgir_shows_which_add_rmsnorm_knobs_change_a_tree_on_sm90(tmp_path)
     assert [r["shape"] for r in dx["512,4,4"]] == [[4, 1024]] * 2 and [r["shape"] for r in dx["512,1,4"]] == [[1, 1024]] * 2
     assert tree(dx["512,4,4"]) == tree(dx["512,1,4"])
     assert tree(dx["512,4,8"]) != tree(dx["512,4,4"])
+
+
+def test_the_warm_step_fills_one_cache_that_a_second_replay_only_reads(tmp_path):
+    """A node's warm cache (scripts/gpu_check_steps.py warm): its processes compile into one
+    folder, and the same launches made again in new processes find every variant there (a
+    worker on the node then compiles only what a candidate adds).  Negative control: another
+    target's keys are not in it, and the same launches for it add variants."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    out.mkdir()
+    steps = ["probes-logprobs:NUM_WARPS"]
+    warm = lambda target: subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check_steps.py"), "warm", str(cache), str(out),
+         "--target", target, "--jobs", "2", "--steps", *steps],
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300)
+    from tik_agent.backends.replay_runs import cache_variants
+
+    first = warm("sm_90")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    filled = cache_variants(cache)
+    report = json.loads((out / "compile.json").read_text())
+    assert filled > 0 and report["cache"] == str(cache) and [r["step"] for r in report["steps"]] == steps
+    assert "the node's warm Triton cache, for sm_90" in (out / "summary.md").read_text()
+    again = warm("sm_90")
+    assert again.returncode == 0 and cache_variants(cache) == filled     # every variant found, none added
+    other = warm("sm_80")
+    assert other.returncode == 0 and cache_variants(cache) > filled      # control: new keys compile

@@ -15,12 +15,18 @@ seconds spent compiling them.
   cells (not the few cases drawn per evaluation, nor the survey's boundary cases).
   The seed's worker compiles the same set again in its own cache.
 * ``probes-SEED``: each tunable value of the seed, at each probe batch size and an
-  odd-stride row view (``scripts/gpu_check_steps.py probes``; the check probes the
-  seeds it copies, rmsnorm, logprobs and matmul).  attention's batch is its
-  sequences: at most 4 here, where the check's sizes would be thousands.
+  odd-stride row view (``scripts/gpu_check_steps.py probes``).  attention's batch is its
+  sequences: the probe's full launch of at most 4 and each launch of its invariance
+  cases, as the check makes them (:func:`sequence_probe_inputs`).
+
+A step may be a piece of one: ``probes-SEED:TUNABLE[=VALUE]`` and ``eval-SEED:PART`` (one of
+:data:`EVAL_PARTS`).  A node's cache warming runs the pieces (:func:`warm_steps`) side by
+side into one cache folder, a part of it per check step (``replay_runs.cache_part``).  Each step
+reports its launches, variants, compile seconds and peak resident set.
 
 Run one step as ``python -m tik_agent.backends.compile_rehearsal STEP OUT.json --target sm_90``;
-:func:`run_steps` runs them all (``scripts/gpu_check_steps.py compile``).
+:func:`tik_agent.backends.replay_runs.run_steps` runs them (``scripts/gpu_check_steps.py compile``, and
+``warm`` on a node).
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tik_agent.plaintext import plain
 
 SEEDS = ("rmsnorm", "add_rmsnorm", "logprobs", "matmul", "attention")
 PROBE_M = (1, 7, 64, 255, 1024, 4096)  # the batch sizes of the check's bit probes (scripts/gpu_check_steps.py)
+# Sequences in a sequences-layout probe's full launch (attention's batch is its sequences; its
+# inputs are whole paged caches at the cell's context, built for every launch).
+SEQUENCES_MAX = 4
 # Constants probed beside the tunables: part of the numerics under the interpreter (its
 # ordered dot adds each BLOCK_K block to the accumulator), perhaps not on sm_90, where
 # each k16 MMA piece accumulates straight into fp32.  matmul's BLOCK_M probes cross the
@@ -92,25 +100,47 @@ def step_kernels(report: dict) -> None:
                                           "num_warps": launch.num_warps, "num_stages": launch.num_stages})
 
 
-def step_eval(name: str) -> None:
-    """The candidate worker's launches in ``tik-agent eval`` of the seed against itself on a GPU."""
+# An evaluation's launches in the order a worker makes them: its fixed cases (every other one
+# to a part: a seed's largest case alone can take a minute), the survey, the timed cells.
+EVAL_PARTS = ("cases=even", "cases=odd", "survey", "cells")
+
+
+def step_eval(name: str, part: str | None = None) -> None:
+    """The candidate worker's launches in ``tik-agent eval`` of the seed against itself on a GPU;
+    ``part``: one of :data:`EVAL_PARTS` (the warm step runs them side by side)."""
     from tik_agent.judge import configs
     from tik_agent.judge.evaluate import evaluation_cases
     from tik_agent.sandbox.harness import Runner
     from tik_agent.sandbox.survey import run_survey
 
+    if part not in (None, *EVAL_PARTS):
+        raise SystemExit(f"compile rehearsal: no part {part!r} of an evaluation (expected {', '.join(EVAL_PARTS)})")
     spec = _spec(name)
     entry = _entry(spec)
-    runner = Runner(entry, spec, "cpu")
-    for case in evaluation_cases(spec, "cuda"):
-        runner.run_case(case)
-    if configs.surveyed(spec):  # the sizes a node surveys (its byte cap), on tensors of this CPU
+    if part is None or part.startswith("cases"):
+        runner = Runner(entry, spec, "cpu")
+        for i, case in enumerate(evaluation_cases(spec, "cuda")):
+            if part is None or i % 2 == (part == "cases=odd"):
+                runner.run_case(case)
+    if part in (None, "survey") and configs.surveyed(spec):  # a node's sizes (its byte cap), on CPU tensors
         configs.BYTE_CAP["cpu"] = configs.BYTE_CAP["cuda"]  # this process only: it replays a node
         run_survey(spec, entry, [dict(axis, device="cpu")
                                  for axis in configs.survey_plan(spec, "cuda", random.Random(0))])
-    for cell in spec.workload_for("cuda"):
-        fn, inputs = _cell(spec, cell, entry)
-        fn(*inputs, **spec.kwargs)
+    if part in (None, "cells"):
+        for cell in spec.workload_for("cuda"):
+            fn, inputs = _cell(spec, cell, entry)
+            fn(*inputs, **spec.kwargs)
+
+
+def warm_steps() -> list[str]:
+    """The steps of a node's cache warming (``gpu_check_steps.py warm``): every step of the
+    replay, a seed's probes one tunable value a process and an evaluation one part a process,
+    so that no one process holds the others up (matmul's probes alone compile for five
+    minutes of one core, and its NUM_WARPS values for two and a half)."""
+    out = ["kernels"]
+    out += [piece for seed in SEEDS for piece in probe_steps(seed)]
+    out += [f"eval-{seed}:{part}" for seed in SEEDS for part in EVAL_PARTS]
+    return out
 
 
 def _cell(spec, cell, entry):
@@ -123,22 +153,64 @@ def _cell(spec, cell, entry):
     return fn, _empty(spec, cell.m, cell.dims, cell.dtype)[:count]
 
 
-def step_probes(name: str) -> None:
-    """Each tunable value's variant at every probe size, as the check's probes call them."""
+def step_probes(name: str, only: str | None = None) -> None:
+    """Each tunable value's variant at every probe size, as the check's probes call them, and the
+    seed's own kernel on the same inputs; ``only``: one tunable's values (``NUM_WARPS``), or one
+    value (``NUM_WARPS=8``): the warm step runs the pieces of a seed's probes side by side."""
     spec = _spec(name)
     cell = max(spec.workload_for("cuda"), key=lambda c: c.m)
     source = spec.source.read_text()
+    probed = {**spec.tunables, **EXTRA_PROBES.get(name, {})}
+    if only is not None:
+        tunable, _, value = only.partition("=")
+        values = [v for v in probed.get(tunable, []) if not value or str(v) == value]
+        if not values:
+            raise SystemExit(f"compile rehearsal: {name} probes no {only!r} (it probes {', '.join(probed)})")
+        probed = {tunable: values}
+    # The seed's own kernel: once per seed (the first piece has it); in every piece it would be
+    # compiled again by each process, as the probes themselves compile it once.
+    seed_too = only is None or f"probes-{name}:{only}" == probe_steps(name)[0]
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dict.fromkeys(["float32", cell.dtype]):
-            for tunable, values in {**spec.tunables, **EXTRA_PROBES.get(name, {})}.items():
+            if seed_too:
+                _probe_calls(spec, _entry(spec), cell, dtype)
+            for tunable, values in probed.items():
                 for value in values:
                     path = Path(tmp) / f"{name}_{tunable}_{value}.py"
                     path.write_text(re.sub(rf"^{tunable}\s*=\s*.+$", f"{tunable} = {value!r}", source,
                                            count=1, flags=re.M))
-                    fn = _entry(spec, path, f"probe_{path.stem}")
-                    for m in (max(PROBE_M),) + PROBE_M:
-                        fn(*_empty(spec, m, cell.dims, dtype), **spec.kwargs)
-                    fn(*_empty(spec, max(PROBE_M), cell.dims, dtype, odd_rows=True), **spec.kwargs)
+                    _probe_calls(spec, _entry(spec, path, f"probe_{path.stem}"), cell, dtype)
+
+
+def _probe_calls(spec, fn, cell, dtype: str) -> None:
+    if spec.layout == "sequences":  # the probe's own launches: full, then each invariance one
+        _, full, launches = sequence_probe_inputs(spec, dict(cell.dims), dtype, "cpu")
+        for inputs in (full, *launches.values()):
+            fn(*inputs, **spec.kwargs)
+        return
+    for m in (max(PROBE_M),) + PROBE_M:
+        fn(*_empty(spec, m, cell.dims, dtype), **spec.kwargs)
+    fn(*_empty(spec, max(PROBE_M), cell.dims, dtype, odd_rows=True), **spec.kwargs)
+
+
+def probe_steps(name: str) -> list[str]:
+    """``probes-SEED:TUNABLE=VALUE`` for each value the check probes: one seed's probes in pieces."""
+    spec = _spec(name)
+    return [f"probes-{name}:{tunable}={value}"
+            for tunable, values in {**spec.tunables, **EXTRA_PROBES.get(name, {})}.items() for value in values]
+
+
+def sequence_probe_inputs(spec, dims: dict, dtype: str, device: str) -> tuple:
+    """A sequences-layout probe (``scripts/gpu_check_probes.py``): its case of up to
+    :data:`SEQUENCES_MAX` sequences, the inputs of its full launch, and those of each launch
+    its invariance cases make (each sequence alone, in other company, decoded token by token,
+    chunked), by label."""
+    from tik_agent.spec.cases import Case
+    from tik_agent.spec.sequences import build_launch, case_launch, probe_launches
+
+    case = Case(min(max(PROBE_M), SEQUENCES_MAX), dims, dtype, "normal", 0, invariance=True)
+    launches = {launch.label: build_launch(spec, case, launch, device) for launch in probe_launches(spec, case)}
+    return case, build_launch(spec, case, case_launch(spec, case), device), launches
 
 
 def _empty(spec, m: int, dims: dict, dtype: str, odd_rows: bool = False) -> list:
@@ -173,79 +245,33 @@ def run_step(step: str, out: Path, capability: int) -> dict:
     with compile_only.recording() as found:
         if step == "kernels":
             step_kernels(report)
-        elif step.startswith("probes-") and step[len("probes-"):] in SEEDS:
-            step_probes(step[len("probes-"):])
-        elif step.startswith("eval-") and step[len("eval-"):] in SEEDS:
-            step_eval(step[len("eval-"):])
+        elif step.startswith("probes-") and step[len("probes-"):].partition(":")[0] in SEEDS:
+            seed, _, tunable = step[len("probes-"):].partition(":")
+            step_probes(seed, tunable or None)
+        elif step.startswith("eval-") and step[len("eval-"):].partition(":")[0] in SEEDS:
+            seed, _, part = step[len("eval-"):].partition(":")
+            step_eval(seed, part or None)
         else:
             raise SystemExit(f"compile rehearsal: unknown step {step!r} (expected one of {', '.join(STEPS)})")
     slowest = sorted((launch for launch in found if launch.compiled_s), key=lambda launch: -launch.compiled_s)[:3]
     report.update(launches=len(found), variants=len({launch.variant for launch in found}),
                   compile_s=round(sum(launch.compiled_s for launch in found), 1),
-                  wall_s=round(time.perf_counter() - start, 1),
+                  wall_s=round(time.perf_counter() - start, 1), peak_rss_mib=peak_rss_mib(),
                   slowest=[{"kernel": launch.kernel, "compile_s": launch.compiled_s, "grid": launch.grid,
                             "num_warps": launch.num_warps} for launch in slowest])
     out.write_text(json.dumps(report, indent=1))
     return report
 
 
-def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None) -> tuple[bool, str]:
-    """Each step in a process of its own with an empty Triton cache, ``jobs`` at a time;
-    ``out/compile.json`` is rewritten as each step finishes.  Whether every step passed and
-    its kernels table is whole, and the tables for ``summary.md``."""
-    import shutil
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    steps = list(steps or STEPS)
-    report: dict = {"target": target, "steps": [], "kernels": []}
-    work = Path(tempfile.mkdtemp(prefix="compile-"))
-
-    def one(step: str) -> dict:
-        result, log = work / f"{step}.json", work / f"{step}.log"
-        env = dict(os.environ, TRITON_CACHE_DIR=str(work / f"cache-{step}"))
-        env.pop("TRITON_INTERPRET", None)
-        start = time.monotonic()
-        with log.open("w") as f:
-            done = subprocess.run([sys.executable, "-m", __name__, step, str(result), "--target", target], env=env,
-                                  stdout=f, stderr=subprocess.STDOUT)
-        row = json.loads(result.read_text()) if done.returncode == 0 and result.exists() else {"step": step}
-        row.update(exit=done.returncode, process_s=round(time.monotonic() - start, 1))
-        if done.returncode:
-            row["error"] = log.read_text()[-400:]
-        return row
-
+def peak_rss_mib() -> float | None:
+    """This process's peak resident set (Linux's VmHWM), MiB; None where there is none.  In a
+    replay the launchers' outputs are host allocations the harness poisons (writes), so a step
+    holds on the host what a worker holds on the device for the same cases."""
     try:
-        with ThreadPoolExecutor(jobs) as pool:
-            for done in as_completed([pool.submit(one, step) for step in steps]):
-                row = done.result()
-                report["kernels"] += row.pop("kernels", [])
-                report["steps"].append(row)
-                (out / "compile.json").write_text(json.dumps(report, indent=1))
-                print(f"compile {row['step']}: exit {row['exit']}, {row.get('variants', '-')} variants, "
-                      f"{row.get('compile_s', '-')} s compiling, {row['process_s']} s", flush=True)
-                if row.get("error"):  # the step's own last lines: a failed step says why in the log
-                    tail = [line for line in row["error"].splitlines() if line.strip()][-3:]
-                    print("\n".join(f"  {plain(line)}" for line in tail), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    lines = [f"## compile-only rehearsal for {target} ({jobs} at a time, each step with an empty cache)", "",
-             "| step | launches | variants compiled | compile s | step s | exit |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    report["steps"].sort(key=lambda r: steps.index(r["step"]))
-    lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
-              f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
-    lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages | load bytes |",
-              "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
-    lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
-              f"{'x'.join(map(str, k['grid']))} | {k['num_warps']} | {k['num_stages']} | "
-              f"{', '.join(map(str, k.get('load_bytes', []))) or '-'} |" for k in report["kernels"]]
-    keys = {"seed", "cell", "kernel", "registers", "spill_bytes", "grid", "num_warps", "num_stages"}
-    malformed = [k for k in report["kernels"] if not keys <= set(k) or not isinstance(k["grid"], list)]
-    whole = not malformed and ("kernels" not in steps or bool(report["kernels"]))
-    if not whole:
-        lines.append(f"\nThe kernels table lacks {sorted(keys)} in {len(malformed)} rows, or is empty.")
-    return whole and all(r["exit"] == 0 for r in report["steps"]), "\n".join(lines)
+        with open("/proc/self/status") as f:
+            return round(next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,9 @@ def eval_candidate(
     sandbox: str = typer.Option("auto", "--sandbox", metavar="MODE", help=SANDBOX_HELP),
     graphs: bool = typer.Option(None, "--graphs/--no-graphs", help="Decide the speedup by CUDA-graph replay "
                                 "[default: on cuda; on the CPU --graphs runs an eager stand-in, for rehearsals]."),
+    warm_cache: Path = typer.Option(None, "--warm-cache", metavar="DIR", help="A Triton cache each worker starts "
+                                    "from (its own copy), such as the one scripts/gpu-check.sh warms for a node: "
+                                    "a worker then compiles only what the candidate adds."),
 ) -> None:
     """Evaluate CANDIDATE against the seed: static rules, bitwise parity, integrity, A/B timing."""
     from tik_agent.judge.evaluate import evaluate
@@ -39,11 +42,14 @@ def eval_candidate(
         raise UsageError(f"--rounds: must be at least 1 (got {rounds})")
     if timeout is not None and timeout <= 0:
         raise UsageError(f"--timeout: must be positive (got {timeout:g})")
+    if warm_cache is not None and not warm_cache.is_dir():
+        raise UsageError(f"--warm-cache {warm_cache}: no such directory")
     spec = seeds.resolve(seed)
     check_sandbox(sandbox)
     resolved = devices.resolve(device)
     options = EvalOptions(device=resolved, timeout_s=timeout, rounds=rounds, timing=not no_timing,
-                          ceilings=resolved == "cuda", graphs=graphs)
+                          ceilings=resolved == "cuda", graphs=graphs,
+                          warm_cache=str(warm_cache.resolve()) if warm_cache is not None else None)
     with kill_sandboxes_on_interrupt():  # Ctrl-C: the seed's worker, which a thread waits for, dies too
         verdict = evaluate(spec, candidate, options)
     if as_json:

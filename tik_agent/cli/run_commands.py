@@ -68,6 +68,9 @@ def optimize(
                                      "the same seed, spec, grid, device and versions left its audit in the cache "
                                      "($TIK_AGENT_CACHE, else $XDG_CACHE_HOME/tik-agent or ~/.cache/tik-agent); "
                                      "refresh that entry."),
+    warm_cache: Path = typer.Option(None, "--warm-cache", metavar="DIR", help="A Triton cache the seed's audit "
+                                    "starts from (a copy), such as the one scripts/gpu-check.sh warms for a node; "
+                                    "the candidates' workers then start from the audit's."),
 ) -> None:
     """Search for faster kernels with the same bits; every step lands in a git lineage."""
     from tik_agent.run import rundir
@@ -87,6 +90,8 @@ def optimize(
         raise UsageError("--ray-address: only with --executor ray")
     if executor == "ray":
         require_ray()  # refused before anything is created
+    if warm_cache is not None and not warm_cache.is_dir():
+        raise UsageError(f"--warm-cache {warm_cache}: no such directory")
     given = {"agent": agent, "model": model, "base_url": base_url, "rng_seed": rng_seed, "device": device,
              "rounds": rounds, "eval_timeout_s": eval_timeout}
     limits = {"iterations": iterations, "max_tokens": max_tokens, "max_cost_usd": max_cost, "patience": patience,
@@ -135,8 +140,8 @@ def optimize(
                                                    "it is kept with the run but has no effect", flag)
     try:
         with kill_sandboxes_on_interrupt():  # the seed's outputs and audit run in sandboxes
-            session = (setup.reopen(path, config, fresh_audit) if resume is not None
-                       else setup.create(path, config, fresh_audit))
+            session = (setup.reopen(path, config, fresh_audit, warm_cache) if resume is not None
+                       else setup.create(path, config, fresh_audit, warm_cache))
     except KeyboardInterrupt:
         if not is_run_dir(path):
             say("interrupted before the run was made; nothing to resume", err=True)

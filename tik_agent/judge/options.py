@@ -22,9 +22,10 @@ class EvalOptions:
     memory_bytes: int | None = 16 * 1024**3
     keep_workdir: bool = False
     # Set by an executor, never by a user: the worker's CUDA_VISIBLE_DEVICES (one entry of
-    # the parent's own list), a Triton cache directory copied into the worker's cache
-    # before it starts, and where to keep the worker's cache after a clean run (only for
-    # evaluations that run nothing but the trusted seed).
+    # the parent's own list), and where to keep the worker's cache after a clean run (only
+    # for evaluations that run nothing but the trusted seed).  ``warm_cache``: a Triton cache
+    # directory copied into each worker's cache before it starts (an executor's, or the
+    # user's own through ``tik-agent eval --warm-cache``).
     cuda_device: str | None = None
     warm_cache: str | None = None
     save_cache: str | None = None

@@ -12,6 +12,7 @@ for the next run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -54,15 +55,16 @@ def eval_options(config: RunConfig) -> EvalOptions:
                        warmup=config.warmup)
 
 
-def create(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
+def create(path: Path, config: RunConfig, fresh_audit: bool = False, warm_cache: Path | None = None) -> Session:
     """Start a new run in ``path`` (absent or empty) from ``config``; ``fresh_audit``
-    audits the seed again even when the audit cache holds its audit (and refreshes it)."""
+    audits the seed again even when the audit cache holds its audit (and refreshes it).
+    ``warm_cache``: a Triton cache the seed's audit and outputs start from (a node's)."""
     rundir.check_new_run_dir(path)
     existed = path.exists()
     path.mkdir(parents=True, exist_ok=True)
     config.save(path)
     try:
-        return _open(path, config, fresh_audit)
+        return _open(path, config, fresh_audit, warm_cache)
     except TikError as exc:
         # Refused (a seed that fails its own audit, a bad layout): no run was born, so no
         # directory may be left to block the same --run-dir.  A kill or Ctrl-C keeps it:
@@ -72,16 +74,16 @@ def create(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
         raise (UsageError if type(exc) is TikError else type(exc))(message) from None
 
 
-def reopen(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
+def reopen(path: Path, config: RunConfig, fresh_audit: bool = False, warm_cache: Path | None = None) -> Session:
     """Continue the run in ``path`` with ``config`` (its settings, budgets possibly extended).
     ``fresh_audit`` matters only to a run whose creation was interrupted before its seed commit."""
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a tik-agent run (no run.json)")
     config.check_binding(devices.binding(devices.probe_environment(config.device)))
-    return _open(path, config, fresh_audit)
+    return _open(path, config, fresh_audit, warm_cache)
 
 
-def _open(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
+def _open(path: Path, config: RunConfig, fresh_audit: bool = False, warm_cache: Path | None = None) -> Session:
     path = path.resolve()
     lock = rundir.take_lock(path)
     try:
@@ -89,7 +91,11 @@ def _open(path: Path, config: RunConfig, fresh_audit: bool = False) -> Session:
         options = eval_options(config)
         if not lineage.has_root():
             rundir.copy_seed(Path(config.seed_source), path)
-            _make_root(lineage, load_spec(path), options, config, fresh_audit)
+            # The audit's workers start from the node's cache; the run keeps the audit's own
+            # (WARM_CACHE), which every candidate's worker then starts from.
+            audit_options = dataclasses.replace(options, warm_cache=str(Path(warm_cache).resolve())) \
+                if warm_cache is not None else options
+            _make_root(lineage, load_spec(path), audit_options, config, fresh_audit)
         elif fresh_audit:
             log.warning("%s: the seed's audit is already committed; --fresh-audit changes nothing here", path)
         spec = rundir.snapshot_seed(lineage)
