@@ -70,17 +70,21 @@ def cmd_probes(args) -> int:
         if sequences:
             seed_report["sequences"] = min(max(ms), SEQUENCES_MAX)
         probed = {**spec.tunables, **EXTRA_PROBES.get(spec.name, {})}
-        for dtype in dtypes if probed else ():
-            inputs = prepare(spec, dims, dtype, ms, device)  # once a dtype: every value runs on them
-            expect = probe(spec, base, inputs, ms)[0]
-            for name, values in probed.items():
-                for value in (values[:2] if args.small else values):
-                    fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec)
-                    full, checks = probe(spec, fn, inputs, ms)
-                    entry = seed_report["tunables"].setdefault(name, {}).setdefault(str(value), {})
-                    entry[dtype] = {"same_bits_as_default": _same(full, expect), **checks}
         report["seeds"][spec.name] = seed_report
-        # Rewritten as each seed finishes: a step that runs out of time keeps what it probed.
+        # Once a dtype: every value runs on them, against the seed's own value.
+        inputs = {dtype: prepare(spec, dims, dtype, ms, device) for dtype in (dtypes if probed else ())}
+        expect = {dtype: probe(spec, base, given, ms)[0] for dtype, given in inputs.items()}
+        for name, values in probed.items():
+            for value in (values[:2] if args.small else values):
+                fn = _entry(_variant(source, name, value, work / f"{spec.name}_{name}_{value}.py"), spec)
+                entry = {}
+                for dtype, given in inputs.items():
+                    full, checks = probe(spec, fn, given, ms)
+                    entry[dtype] = {"same_bits_as_default": _same(full, expect[dtype]), **checks}
+                seed_report["tunables"].setdefault(name, {})[str(value)] = entry
+                # Rewritten as each value finishes, whole (every dtype): a step that runs out of
+                # time keeps what it probed, and no value reads as safe on half its dtypes.
+                _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
         _write_atomic(Path(args.out) / "probes.json", json.dumps(report, indent=2))
         for name, values in seed_report["tunables"].items():
             row = ", ".join(f"{v}: " + " ".join("".join({True: "y", False: "n"}.get(r.get(k), "-") for k in

@@ -9,11 +9,14 @@ so that one db more or less is far above the interpreter's own churn.  The negat
 keeps every row's db alive, as the harness did before, and must go over the budget.
 
 The second test runs the matmul workload invariance case of a GPU itself (4096 x 4096 x 4096
-bfloat16, each of the 4096 rows alone a training step) in compile-only mode: every launch is
-compiled for sm_90 and none runs, while the harness allocates each call's outputs and poisons
-them (writes them) on the host as a worker does on the device.  Its peak must stay within the
-per-worker budget of docs/gpu.md (1 GiB for this case); the floor (the inputs and the two full
-calls' outputs, all held at once) shows that the measure sees the case's tensors at all.
+bfloat16, each row alone a training step) in compile-only mode: every launch is compiled for
+sm_90 and none runs, while the harness allocates each call's outputs and poisons them (writes
+them) on the host as a worker does on the device.  Its peak must stay within the per-worker
+budget of docs/gpu.md (1 GiB for this case); the floor (the inputs and the two full calls'
+outputs, all held at once) shows that the measure sees the case's tensors at all.  Its rows
+alone are the first 256 of the 4096 (each costs 32 MiB of poisoned writes; all of them took
+52-58 s and peaked at 602-647 MiB, docs/gpu.md): the peak is reached by the second row, and
+256 dbs kept would be 8 GiB, far over the budget, so the cut keeps what the test tells apart.
 """
 
 import json
@@ -110,6 +113,9 @@ GPU_CASE = """
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
+    from tik_agent.sandbox import harness
+    harness.rows_alone = lambda case: list(range({rows}))  # the first rows of the 4096 (cost)
+
     spec = load_spec(BUNDLED_DIR / "matmul")
     entry = load_entry(spec.source, spec, "seed", prepare=as_on_a_gpu)
     case = workload_invariance_case(spec, "cuda")
@@ -119,7 +125,7 @@ GPU_CASE = """
     out = Runner(entry, spec, "cpu").run_case(case)
     print(json.dumps({"grew_mib": hwm_mib() - before, "m": case.m, "dims": dict(case.dims), "dtype": case.dtype,
                       "rows": len(out.rows[0]) if out.rows else 0}))
-"""
+""".replace("{rows}", "256")
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset")
@@ -130,5 +136,5 @@ def test_the_matmul_workload_invariance_case_of_a_gpu_fits_one_workers_budget(tm
                           timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (got["m"], got["dims"], got["dtype"], got["rows"]) == (4096, {"K": 4096, "N": 4096}, "bfloat16", 4096)
+    assert (got["m"], got["dims"], got["dtype"], got["rows"]) == (4096, {"K": 4096, "N": 4096}, "bfloat16", 256)
     assert GPU_CASE_FLOOR_MIB < got["grew_mib"] < GPU_CASE_BUDGET_MIB, got

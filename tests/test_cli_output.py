@@ -218,7 +218,7 @@ def test_ctrl_c_in_any_command_says_which(out, monkeypatch):
 def test_ctrl_c_while_a_run_is_made_prints_the_resume_command(tmp_path, out, monkeypatch):
     from tik_agent.search import setup
 
-    def interrupted(path, config, fresh_audit=False):
+    def interrupted(path, config, fresh_audit=False, warm_cache=None):
         path.mkdir(parents=True)
         config.save(path)
         raise KeyboardInterrupt

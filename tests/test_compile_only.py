@@ -150,7 +150,7 @@ def test_the_warm_step_fills_one_cache_that_a_second_replay_only_reads(tmp_path)
     target's keys are not in it, and the same launches for it add variants."""
     cache, out = tmp_path / "cache", tmp_path / "out"
     out.mkdir()
-    steps = ["probes-logprobs:NUM_WARPS"]
+    steps = ["probes-logprobs:NUM_WARPS=8"]
     warm = lambda target: subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check_steps.py"), "warm", str(cache), str(out),
          "--target", target, "--jobs", "2", "--steps", *steps],

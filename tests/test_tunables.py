@@ -111,6 +111,39 @@ def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
     assert "rmsnorm BLOCK_N" in (out / "summary.md").read_text()
 
 
+def test_probes_json_keeps_each_value_probed_before_a_step_is_stopped(tmp_path, monkeypatch):
+    """probes.json is rewritten as each value finishes: a probes step stopped at its third value
+    (its limit ran out) leaves the first two, each whole, and nothing of the third."""
+    import sys
+
+    seeds = tmp_path / "seeds"
+    seed = copy_seed("rmsnorm", seeds)
+    spec_file = seed / "spec.toml"
+    text = spec_file.read_text()
+    start = text.index("[tunables]")
+    spec_file.write_text(text[:start] + "[tunables]\nROWS_PER_PROGRAM = [1, 2]\nBLOCK_N = [1024, 128]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    steps = gpu_check_steps()
+    probes_module = sys.modules["gpu_check_probes"]
+    made = []
+
+    def variant(*args):
+        if len(made) == 2:
+            raise KeyboardInterrupt("the step's limit")
+        made.append(args[1:3])
+        return real(*args)
+
+    real = probes_module._variant
+    monkeypatch.setattr(probes_module, "_variant", variant)
+    with pytest.raises(KeyboardInterrupt):
+        steps.main(["probes", str(seeds), str(out), "--small"])
+    got = json.loads((out / "probes.json").read_text())["seeds"]["rmsnorm"]["tunables"]
+    assert list(got) == ["ROWS_PER_PROGRAM"] and list(got["ROWS_PER_PROGRAM"]) == ["1", "2"]
+    whole = {"same_bits_as_default": True, "batch_invariant": True, "odd_stride_equal": True}
+    assert all(record == {"float32": whole} for record in got["ROWS_PER_PROGRAM"].values())
+
+
 def test_bit_probes_of_the_sequences_layout_judge_every_invariance_launch(tmp_path):
     """attention (the sequences layout): TILE is part of its numerics (other bits), BLOCK_Q only
     spreads rows over programs (kept), and a constant that perturbs launches of several
