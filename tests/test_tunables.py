@@ -90,9 +90,9 @@ def test_a_probes_file_that_is_not_text_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
-    """rmsnorm with BLOCK_N (part of the numerics) offered as a tunable: the probe must say its
-    other value changes bits, while ROWS_PER_PROGRAM keeps them under the interpreter."""
+def _rmsnorm_probing_block_n(tmp_path):
+    """(seeds folder, results folder): rmsnorm offering BLOCK_N (part of its numerics) and
+    ROWS_PER_PROGRAM as its tunables."""
     seeds = tmp_path / "seeds"
     seed = copy_seed("rmsnorm", seeds)
     spec_file = seed / "spec.toml"
@@ -101,6 +101,13 @@ def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
     spec_file.write_text(text[:start] + "[tunables]\nROWS_PER_PROGRAM = [1, 2]\nBLOCK_N = [1024, 128]\n")
     out = tmp_path / "out"
     out.mkdir()
+    return seeds, out
+
+
+def test_bit_probes_tell_a_bit_changing_value_from_safe_ones(tmp_path):
+    """rmsnorm with BLOCK_N (part of the numerics) offered as a tunable: the probe must say its
+    other value changes bits, while ROWS_PER_PROGRAM keeps them under the interpreter."""
+    seeds, out = _rmsnorm_probing_block_n(tmp_path)
     assert gpu_check_steps().main(["probes", str(seeds), str(out), "--small"]) == 0
     probes = json.loads((out / "probes.json").read_text())
     got = probes["seeds"]["rmsnorm"]["tunables"]
@@ -116,14 +123,7 @@ def test_probes_json_keeps_each_value_probed_before_a_step_is_stopped(tmp_path, 
     (its limit ran out) leaves the first two, each whole, and nothing of the third."""
     import sys
 
-    seeds = tmp_path / "seeds"
-    seed = copy_seed("rmsnorm", seeds)
-    spec_file = seed / "spec.toml"
-    text = spec_file.read_text()
-    start = text.index("[tunables]")
-    spec_file.write_text(text[:start] + "[tunables]\nROWS_PER_PROGRAM = [1, 2]\nBLOCK_N = [1024, 128]\n")
-    out = tmp_path / "out"
-    out.mkdir()
+    seeds, out = _rmsnorm_probing_block_n(tmp_path)
     steps = gpu_check_steps()
     probes_module = sys.modules["gpu_check_probes"]
     made = []
