@@ -168,3 +168,35 @@ def test_the_warm_step_fills_one_cache_that_a_second_replay_only_reads(tmp_path)
     assert again.returncode == 0 and cache_variants(cache) == filled     # every variant found, none added
     other = warm("sm_80")
     assert other.returncode == 0 and cache_variants(cache) > filled      # control: new keys compile
+
+
+def test_rmsnorm_dx_on_one_row_a_program_keeps_the_16_row_tree_and_the_forwards_on_sm90(tmp_path):
+    """rmsnorm's dx on a GPU takes one row a program (the forward's tile) where the CPU takes 16:
+    on sm_90 both row sums of dx read the same layout at 16 rows and at 1, and the forward's row
+    sum too, so each row's adds form the same tree.  Negative control: 8 warps is another layout."""
+    proc = _run(tmp_path, """
+        import importlib.util, json
+        from tik_agent.backends import compile_only
+        compile_only.activate(90)
+        import torch
+        spec = importlib.util.spec_from_file_location("k", "%s/seed_kernels/rmsnorm/kernel.py")
+        k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+        x = torch.empty(64, 4096, dtype=torch.bfloat16)
+        w = torch.empty(4096, dtype=torch.bfloat16)
+        out = {}
+        for rows, warps in ((16, 4), (1, 4), (1, 8)):
+            k.BWD_ROWS_PER_PROGRAM, k.NUM_WARPS = rows, warps
+            with compile_only.recording() as found:
+                k.rms_norm_backward(x, w, x, 1e-6)
+                k.rms_norm(x, w)
+            out[f"{rows},{warps}"] = {l.kernel.split(".")[-1]: compile_only.reductions(l) for l in found}
+        print(json.dumps(out))
+    """ % ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    tree = lambda found: [(r["axis"], r["layout"]) for r in found]
+    dx = {key: v["_rms_norm_dx_kernel"] for key, v in got.items()}
+    assert [r["shape"] for r in dx["16,4"]] == [[16, 1024]] * 2 and [r["shape"] for r in dx["1,4"]] == [[1, 1024]] * 2
+    assert tree(dx["16,4"]) == tree(dx["1,4"]) and "warpsPerCTA = [1, 4]" in dx["1,4"][0]["layout"]
+    assert tree(got["1,4"]["_rms_norm_kernel"]) == tree(dx["1,4"])[:1]
+    assert tree(dx["1,8"]) != tree(dx["1,4"])
