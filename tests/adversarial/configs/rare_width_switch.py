@@ -1,6 +1,9 @@
 # expect: parity_failed N=3999:
-"""A switch on the row width alone at N = 3999 and 7999 (where (N + 1) % 4000 is 0), rows
-summed in 512-wide lanes there, written without a comparison.  Literal sizes vary the
+"""A switch on the row width alone at N = 3999 and 7999 (where (N + 1) % 4000 is 0, below
+8000), rows summed in 512-wide lanes there, written without a comparison.  (Without the
+cut at 8000 it also switched at 11999, ..., beyond the widths a CPU judges: a survey that
+sampled one of those refused the file before judging 3999, and the stated verdict came
+out only some of the time.)  Literal sizes vary the
 batch only, the domain's edge cases sit at N = 1 and 8192, and a width drawn near a
 power of two never lands there.  The survey's sweep of N finds both; the case at
 N = 3999 (origin "config") differs."""
@@ -65,7 +68,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     M, N = x.shape
     y = torch.empty_like(x)
     grid = (triton.cdiv(M, ROWS_PER_PROGRAM),)
-    block = BLOCK_N >> (1 - min(1, (N + 1) % 4000))
+    block = BLOCK_N >> (1 - min(1, (N + 1) % 4000 + N // 8000))
     _rms_norm_kernel[grid](
         x, weight, y, M, N, x.stride(0), y.stride(0), eps,
         BLOCK_N=block, ROWS=ROWS_PER_PROGRAM, num_warps=NUM_WARPS,
