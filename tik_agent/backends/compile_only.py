@@ -55,6 +55,9 @@ class _State:
         self.capability: int | None = None
         self.lock = threading.Lock()
         self.recorders: list[list[Launch]] = []
+        self.launchers = False            # also build each new variant's C launcher (a node's warm cache)
+        self.launchers_built = 0
+        self.launcher_error: str | None = None  # why none could be built (no libcuda, no C compiler)
 
 
 _STATE = _State()
@@ -67,8 +70,14 @@ def target_capability(name: str) -> int:
     return TARGETS[name]
 
 
-def activate(capability: int = 90) -> None:
-    """Make the stand-in driver active and every launch a compile. Idempotent for one capability."""
+def activate(capability: int = 90, launchers: bool = False) -> None:
+    """Make the stand-in driver active and every launch a compile. Idempotent for one capability.
+
+    ``launchers``: also build, for each variant this process compiles, the C launcher Triton
+    compiles for its argument kinds with the C compiler and links to libcuda (``CudaLauncher``,
+    cached in the Triton cache), and the driver's own ``cuda_utils`` once.  Only a node has
+    libcuda: elsewhere the first failure is kept (:func:`launcher_report`) and nothing else
+    changes."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise UsageError("compile-only mode needs the real Triton compiler: unset TRITON_INTERPRET")
     with _STATE.lock:
@@ -78,6 +87,7 @@ def activate(capability: int = 90) -> None:
                                  f"not {capability}")
             return
         _STATE.capability = capability
+        _STATE.launchers = launchers
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
@@ -140,6 +150,8 @@ def _wrap(cls) -> None:
         if compiled is None or warmup:
             return compiled
         grew = len(self.device_caches[0][0]) > known
+        if grew and _STATE.launchers:
+            _build_launcher(compiled)
         # The grid is evaluated at every launch, as Triton does (a grid callable that raises
         # fails the launch, and the survey's recording grid sees it), recorder or not.
         launch = Launch(kernel=getattr(self.fn, "__qualname__", "?"), grid=_grid(self, grid, args, kwargs),
@@ -152,6 +164,30 @@ def _wrap(cls) -> None:
         return compiled
 
     cls.run = run
+
+
+def _build_launcher(compiled) -> None:
+    """The variant's C launcher (and once the driver's utilities) into the Triton cache, as a
+    worker's first launch of it would build them; a failure is kept, never raised."""
+    if _STATE.launcher_error is not None:
+        return
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
+
+        if _STATE.launchers_built == 0:
+            CudaUtils()
+        CudaLauncher(compiled.src, compiled.metadata)
+        _STATE.launchers_built += 1
+    except Exception as exc:  # no libcuda or no C compiler here: the launchers compile in the workers
+        _STATE.launcher_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def launcher_report() -> dict:
+    """Launchers built by this process, and why none could be where that failed ({} when the
+    process was not asked to build them)."""
+    if not _STATE.launchers:
+        return {}
+    return {"launchers_built": _STATE.launchers_built, "launcher_error": _STATE.launcher_error}
 
 
 def _grid(kernel, grid, args, kwargs) -> list[int]:

@@ -233,10 +233,14 @@ def _empty(spec, m: int, dims: dict, dtype: str, odd_rows: bool = False) -> list
     return out
 
 
+# Set by replay_runs for a node's warm cache: build each variant's C launcher too.
+LAUNCHERS_ENV = "TIK_AGENT_WARM_LAUNCHERS"
+
+
 def run_step(step: str, out: Path, capability: int) -> dict:
     from tik_agent.backends import compile_only
 
-    compile_only.activate(capability)
+    compile_only.activate(capability, launchers=os.environ.get(LAUNCHERS_ENV) == "1")
     from tik_agent.sandbox import launches
 
     launches.install()  # after the compile-only wrapper: the harness's wrapper sits outside it
@@ -257,6 +261,7 @@ def run_step(step: str, out: Path, capability: int) -> dict:
     report.update(launches=len(found), variants=len({launch.variant for launch in found}),
                   compile_s=round(sum(launch.compiled_s for launch in found), 1),
                   wall_s=round(time.perf_counter() - start, 1), peak_rss_mib=peak_rss_mib(),
+                  **compile_only.launcher_report(),
                   slowest=[{"kernel": launch.kernel, "compile_s": launch.compiled_s, "grid": launch.grid,
                             "num_warps": launch.num_warps} for launch in slowest])
     out.write_text(json.dumps(report, indent=1))

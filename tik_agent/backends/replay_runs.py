@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tik_agent.backends.compile_rehearsal import STEPS
+from tik_agent.backends.compile_rehearsal import LAUNCHERS_ENV, STEPS
 from tik_agent.plaintext import plain
 
 REPLAY_MODULE = "tik_agent.backends.compile_rehearsal"
@@ -64,6 +64,8 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None,
     def one(step: str) -> dict:
         result, log = work / f"{step}.json", work / f"{step}.log"
         env = step_environment(cache / cache_part(step) if cache else work / f"cache-{step}")
+        if cache:  # a node's warm cache: the variants' C launchers too, where libcuda is
+            env[LAUNCHERS_ENV] = "1"
         start = time.monotonic()
         with log.open("w") as f:
             done = subprocess.run([sys.executable, "-m", REPLAY_MODULE, step, str(result), "--target", target], env=env,
@@ -97,6 +99,11 @@ def run_steps(out: Path, target: str, jobs: int, steps: list[str] | None = None,
     report["steps"].sort(key=lambda r: steps.index(r["step"]))
     lines += [f"| {r['step']} | {r.get('launches', '-')} | {r.get('variants', '-')} | {r.get('compile_s', '-')} | "
               f"{r['process_s']} | {r['exit']} |" for r in report["steps"]]
+    if cache:  # the C launchers of the warm variants (a node's libcuda and C compiler build them)
+        built = sum(r.get("launchers_built", 0) for r in report["steps"])
+        errors = sorted({r["launcher_error"] for r in report["steps"] if r.get("launcher_error")})
+        lines += ["", f"C launchers built into the cache: {built}"
+                  + (f"; not built by some steps: {'; '.join(errors)[:300]}" if errors else "")]
     lines += ["", "| seed | cell | kernel | registers | spill bytes | grid | warps | stages | load bytes |",
               "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
     lines += [f"| {k['seed']} | {k['cell']} | {k['kernel']} | {k['registers']} | {k['spill_bytes']} | "
