@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check: one script, every step under its own timeout (their sum is 8.4
-# minutes on an H200), no network, at most 8 result files in $OUT.
+# The GPU check: one script, every step under its own timeout, the whole within
+# CHECK_BUDGET_S (570 s: the 10 minutes of device time it is allotted), no
+# network, at most 8 result files in $OUT.
 #
 #   WHEELS=DIR OUT=DIR bash scripts/gpu-check.sh              # on the GPU node
 #   OUT=DIR bash scripts/gpu-check.sh --rehearse              # here: the CPU interpreter

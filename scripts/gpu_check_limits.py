@@ -6,7 +6,7 @@ check's budget has left once the later steps' run estimates are set aside.
 With a warm cache the compile seconds go unused, and a step ends when its work does: a limit
 only says how long a step may take before the check gives up on it.  Counting them makes a
 cold cache (keys that did not match on the node) slow a step rather than kill it, and the
-budget keeps the whole within the device time a rerun needs.
+budget keeps the whole within its 10 minutes of a session's 15 minutes of device time.
 
 Stdlib only: the shell runs it with the node's interpreter before anything is imported.
 """
