@@ -31,6 +31,21 @@ def launch(x, y, block=128, warps=4):
 '''
 
 
+# A bundled seed's kernel module as ``k`` in compile-only mode for sm_90, bf16 inputs x (64 x 4096)
+# and w, and ``out`` for what a TTGIR test reads.
+SEED_KERNEL = """
+import importlib.util, json
+from tik_agent.backends import compile_only
+compile_only.activate(90)
+import torch
+spec = importlib.util.spec_from_file_location("k", "%s/seed_kernels/{seed}/kernel.py")
+k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+x = torch.empty(64, 4096, dtype=torch.bfloat16)
+w = torch.empty(4096, dtype=torch.bfloat16)
+out = {{}}
+"""
+
+
 def _run(tmp_path: Path, body: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (tmp_path / "tiny.py").write_text(KERNEL)
     clean = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -113,23 +128,14 @@ def test_the_ttgir_shows_which_add_rmsnorm_knobs_change_a_tree_on_sm90(tmp_path)
     """add_rmsnorm's docstring: on sm_90 DW_BLOCK_N = 512 splits a chunk's row sum over two warps
     and 1024 does not (so it is part of the numerics there); dx's row sums read the same at 1 and
     4 rows a program.  Negative control: the dx kernel's layout at 8 warps is another one."""
-    proc = _run(tmp_path, """
-        import importlib.util, json
-        from tik_agent.backends import compile_only
-        compile_only.activate(90)
-        import torch
-        spec = importlib.util.spec_from_file_location("k", "%s/seed_kernels/add_rmsnorm/kernel.py")
-        k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
-        x = torch.empty(64, 4096, dtype=torch.bfloat16)
-        w = torch.empty(4096, dtype=torch.bfloat16)
-        out = {}
+    proc = _run(tmp_path, SEED_KERNEL.format(seed="add_rmsnorm") % ROOT + textwrap.dedent("""
         for dw, rows, warps in ((512, 4, 4), (1024, 4, 4), (512, 1, 4), (512, 4, 8)):
             k.DW_BLOCK_N, k.BWD_ROWS_PER_PROGRAM, k.NUM_WARPS = dw, rows, warps
             with compile_only.recording() as found:
                 k.add_rms_norm_backward(x, x, w, x, x, 1e-6)
             out[f"{dw},{rows},{warps}"] = {l.kernel.split(".")[-1]: compile_only.reductions(l) for l in found}
         print(json.dumps(out))
-    """ % ROOT)
+    """))
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     chunks = {key: v["_add_rms_norm_dw_chunks_kernel"] for key, v in got.items()}
@@ -177,16 +183,7 @@ def test_rmsnorm_dx_on_one_row_a_program_keeps_the_16_row_tree_and_the_forwards_
     """rmsnorm's dx on a GPU takes one row a program (the forward's tile) where the CPU takes 16:
     on sm_90 both row sums of dx read the same layout at 16 rows and at 1, and the forward's row
     sum too, so each row's adds form the same tree.  Negative control: 8 warps is another layout."""
-    proc = _run(tmp_path, """
-        import importlib.util, json
-        from tik_agent.backends import compile_only
-        compile_only.activate(90)
-        import torch
-        spec = importlib.util.spec_from_file_location("k", "%s/seed_kernels/rmsnorm/kernel.py")
-        k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
-        x = torch.empty(64, 4096, dtype=torch.bfloat16)
-        w = torch.empty(4096, dtype=torch.bfloat16)
-        out = {}
+    proc = _run(tmp_path, SEED_KERNEL.format(seed="rmsnorm") % ROOT + textwrap.dedent("""
         for rows, warps in ((16, 4), (1, 4), (1, 8)):
             k.BWD_ROWS_PER_PROGRAM, k.NUM_WARPS = rows, warps
             with compile_only.recording() as found:
@@ -194,7 +191,7 @@ def test_rmsnorm_dx_on_one_row_a_program_keeps_the_16_row_tree_and_the_forwards_
                 k.rms_norm(x, w)
             out[f"{rows},{warps}"] = {l.kernel.split(".")[-1]: compile_only.reductions(l) for l in found}
         print(json.dumps(out))
-    """ % ROOT)
+    """))
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     tree = lambda found: [(r["axis"], r["layout"]) for r in found]
